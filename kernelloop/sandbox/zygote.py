@@ -15,8 +15,10 @@ Protocol: one JSON job per line on stdin; for each job it answers `{"pid": N}` o
 it and `{"exit": code}` once the child is reaped (a negative code is the signal that killed it).
 While a job runs the parent may send `{"kill": N}`: the zygote SIGKILLs that child's process
 group (the parent can't, when the zygote runs in its own pid namespace). Whatever a child leaves
-behind in its group is killed when it exits. Stdin closing (the parent died) kills the running
-job and ends the zygote.
+behind is killed when it exits, before the exit is reported: its process group, and any process
+that left the group (a daemon: fork, setsid, fork), which the zygote, a child subreaper, inherits.
+So nothing of a job can still touch its files while the parent reads them. Stdin closing (the
+parent died) kills the running job and ends the zygote.
 """
 
 from __future__ import annotations
@@ -29,10 +31,14 @@ import select
 import signal
 import sys
 import time
+from pathlib import Path
 
 from kernelloop.sandbox.isolation import apply_child_limits
 
 PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
+PR_SET_CHILD_SUBREAPER = 36  # prctl option: orphaned descendants become this process's children
+# Rounds of killing inherited orphans after a job: each round's kills orphan the next generation.
+ORPHAN_ROUNDS = 64
 # The most a job waits for its standby's prepare(); the parent gives up on a fork after 60 s.
 READY_TIMEOUT_S = 30.0
 
@@ -130,6 +136,39 @@ class _Lines:
             self.fill()
 
 
+def _children() -> list[int]:
+    """The zygote's live children, from /proc (ppid is the 4th field, after the parenthesised name)."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+def _end_orphans() -> int:
+    """Kill and reap every child the zygote has; between jobs these can only be what a job left
+    behind outside its process group. Returns how many there were."""
+    ended = 0
+    for _ in range(ORPHAN_ROUNDS):
+        children = _children()
+        if not children:
+            break
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        ended += len(children)
+    return ended
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # the group is empty already
         os.killpg(pid, signal.SIGKILL)
@@ -201,6 +240,7 @@ def _wait_for_child(pid: int, lines: _Lines) -> int:
                 # Still a zombie, so its pid can't have been reused: end what it left in its group, then reap.
                 _kill_group(pid)
                 _, status = os.waitpid(pid, 0)
+                _end_orphans()
                 return os.waitstatus_to_exitcode(status)
             lines.fill()
     finally:
@@ -216,6 +256,9 @@ def main() -> None:
     protocol = os.fdopen(protocol_fd, "w", buffering=1)
 
     import importlib
+
+    # Descendants orphaned by a job come to the zygote, not to init, so _end_orphans finds them.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     module = importlib.import_module(sys.argv[1])
 

@@ -34,6 +34,18 @@ def _spawn_and_hang(marker: str) -> str:
     return "woke up"
 
 
+def _daemon(marker: str) -> str:
+    """Leave a daemon behind outside the job's process group (fork, setsid, fork): `sleep MARKER`."""
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", marker])
+        os._exit(0)
+    os.waitpid(first, 0)
+    return "left a daemon"
+
+
 ACTIONS = {  # name -> f(argument, job)
     "connect": lambda port, job: _connect(port),
     "write": lambda path, job: Path(path).write_text("escaped") and "written",
@@ -42,6 +54,7 @@ ACTIONS = {  # name -> f(argument, job)
     "write_bytes": lambda size, job: Path("big.bin").write_bytes(b"x" * size) and "written",
     "spin": lambda seconds, job: _spin(seconds),
     "spawn_and_hang": lambda marker, job: _spawn_and_hang(marker),
+    "daemon": lambda marker, job: _daemon(marker),
     "env": lambda name, job: os.environ.get(name, "<unset>"),
     "read_job_path": lambda key, job: Path(job[key]).read_text(),  # a file the runner may have staged
     "write_job_path": lambda key, job: Path(job[key]).write_text("tampered") and "written",

@@ -216,6 +216,22 @@ def test_a_timeout_kills_the_job_and_what_it_spawned(tmp_path, workspace, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_daemon_left_by_a_job_is_gone_before_its_exit_is_reported(workspace, mode):
+    """fork, setsid, fork: out of the job's process group, so killing the group misses it; the
+    zygote, a child subreaper, inherits it and ends it before the parent reads the job's files."""
+    marker = f"{6000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6}"
+    zygote = start(workspace, mode)
+    try:
+        outcome = zygote.run(probe_job({"daemon": ("daemon", marker)}), jobs(workspace) / "daemon", 30, 30)
+        assert outcome.result == {"daemon": "ok: left a daemon"}
+        assert not sleepers(marker), "the daemon outlived its job"
+        after = zygote.run(probe_job({"env": ("env", "HOME")}), jobs(workspace) / "after", 10, 10)  # it carries on
+        assert after.result == {"env": f"ok: {zygote.cache_dir}"}
+    finally:
+        zygote.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_killed_orchestrator_takes_its_jobs_with_it(tmp_path, workspace, mode):
     """SIGKILL of the process holding the zygote: the zygote sees stdin close, kills the job's
     group and exits; nothing keeps running."""
