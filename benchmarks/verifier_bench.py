@@ -10,6 +10,7 @@ kernel's speedup over repeated verifications, and our speedup next to a KernelBe
     python benchmarks/verifier_bench.py [--device cpu|cuda] [--repeat 5] [--out DIR] [--only STEM ...]
         [--no-standby]   (each child forked when its job comes: what the prepared standby saves)
         [--no-preload]   (each child imports the compiler and the launch hooks: what preloading saves)
+        [--cpu-compare]  (the parent compares outputs on the CPU: what comparing on the GPU saves)
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import statistics
 import time
 from pathlib import Path
+
+import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.sandbox.runner import PRELOAD_ENV
@@ -65,13 +68,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-standby", action="store_true", help="fork each job's child when the job comes")
     parser.add_argument("--no-preload", action="store_true", help="each child imports the compiler and hooks itself")
+    parser.add_argument("--cpu-compare", action="store_true", help="the parent compares outputs on the CPU")
     args = parser.parse_args()
     if args.no_preload:
         os.environ[PRELOAD_ENV] = "0"  # read by the sandbox worker (kernelloop/tools/harness.py)
     device = resolve_device(args.device)
     work = pairs(args.only)
     rows, started = [], time.perf_counter()
-    with Verifier(device=device, standby=not args.no_standby) as verifier:
+    with Verifier(device=device, standby=not args.no_standby, gpu_compare=not args.cpu_compare) as verifier:
         zygote_s = verifier.zygote.start_s
         for candidate, problem in work:
             first = verifier.verify(candidate, problem)
@@ -87,7 +91,7 @@ def main() -> None:
                    # where the warm fixed cost goes (last verification): child setup (imports, CUDA
                    # context, model), saving outputs, the parent's load + compare, the child's exit
                    "overhead_s": {k: round(v, 4) for k, v in last.cost_s.items()
-                                  if k.startswith(("setup", "prepare")) or k in ("save_s", "compare_s", "exit_s", "first_forward_s")},
+                                  if k.startswith(("setup", "prepare")) or k in ("save_s", "gate_s", "compare_s", "exit_s", "first_forward_s")},
                    # where timing's wall time goes (last verification): baseline compiles, rounds, profile
                    "timing_phases_s": {k: round(v, 3) for k, v in (last.profile or {}).get("phase_s", {}).items()},
                    "compile_s": (last.profile or {}).get("compile_s", {})}
@@ -97,14 +101,16 @@ def main() -> None:
                 row["plain_speedup"] = plain_speedup(problem, candidate)
             rows.append(row)
             print(json.dumps(row), flush=True)
+        compared_on = verifier.reference_outputs.device
     elapsed_s = time.perf_counter() - started
     verified = sum(len(r["fixed_s"]) for r in rows)
     fixed = [f for r in rows for f in r["fixed_s"][1:]] or [f for r in rows for f in r["fixed_s"]]
     print(f"\ndevice {device}; warm worker start {zygote_s:.2f} s (once); {verified} verifications in {elapsed_s:.1f} s "
-          f"= {60 * verified / elapsed_s:.1f} per minute")
+          f"= {60 * verified / elapsed_s:.1f} per minute; "
+          f"outputs compared on {compared_on} (torch threads here: {torch.get_num_threads()})")
     print(f"fixed cost per candidate (warm, reference cached): median {statistics.median(fixed):.3f} s, max {max(fixed):.3f} s")
     header = (f"{'problem':28} {'status':9} {'ref s':>6} {'fixed s':>8} {'setup':>6} {'context':>7} {'save':>6} "
-              f"{'compare':>8} {'exit':>6} {'1st call s':>10} {'trials s':>9} {'timing s':>9}")
+              f"{'gate':>6} {'compare':>8} {'exit':>6} {'1st call s':>10} {'trials s':>9} {'timing s':>9}")
     if device == "cuda":
         header += f" {'cand ms':>9} {'speedup':>8} {'CV %':>6} {'plain':>7}"
     print(header)
@@ -112,7 +118,7 @@ def main() -> None:
         o = r["overhead_s"]
         line = (f"{r['problem']:28} {r['status']:9} {r['reference_s']:6.2f} {statistics.median(r['fixed_s']):8.3f} "
                 f"{o.get('setup_s', 0):6.3f} {o.get('setup_context_s', 0):7.3f} {o.get('save_s', 0):6.3f} "
-                f"{o.get('compare_s', 0):8.3f} {o.get('exit_s', 0):6.3f} "
+                f"{o.get('gate_s', 0):6.3f} {o.get('compare_s', 0):8.3f} {o.get('exit_s', 0):6.3f} "
                 f"{statistics.median(r['first_call_s'][1:] or r['first_call_s']):10.2f} {(r['trials_s'] or 0):9.2f} {statistics.median(r['timing_s']):9.2f}")
         if "speedup_cv" in r:
             line += (f" {r['candidate_ms']:9.4f} {statistics.median(r['speedups']):8.3f} "
@@ -123,7 +129,8 @@ def main() -> None:
             f"{r['problem']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["timing_phases_s"].items()) for r in rows))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        name = f"verifier_bench_{device}{'_no_standby' if args.no_standby else ''}{'_no_preload' if args.no_preload else ''}.json"
+        name = f"verifier_bench_{device}{'_no_standby' if args.no_standby else ''}{'_no_preload' if args.no_preload else ''}"
+        name += f"{'_cpu_compare' if args.cpu_compare else ''}.json"
         (args.out / name).write_text(json.dumps(rows, indent=1))
 
 

@@ -41,7 +41,10 @@ def tolerance_for(dtype: torch.dtype, overrides: dict | None = None) -> dict[str
     return base
 
 
-def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dict | None = None) -> Comparison:
+def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dict | None = None,
+                device: torch.device | str | None = None) -> Comparison:
+    """Judge one output. The arithmetic runs on `device` (default: where the reference lives), so a
+    trusted process holding the reference on a GPU compares there, whatever device `out` is on."""
     where = f"output {index}"
     if type(out) is not torch.Tensor:
         return Comparison(False, f"tensor subclass: {where} is a {type(out).__name__}, not a plain torch.Tensor")
@@ -52,12 +55,14 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
     if out.numel() == 0:
         return Comparison(True)
     tol = tolerance_for(ref.dtype, overrides)
-    stats = _ChunkStats(tol["atol"], tol["rtol"])
+    device = torch.device(device) if device is not None else ref.device
+    stats = _ChunkStats(tol["atol"], tol["rtol"], device)
     # In chunks: a few MB of temporaries reused, instead of several output-sized ones (page faults
-    # dominated the parent's compare of large outputs).
+    # dominated the parent's compare of large outputs). A GPU takes larger chunks: fewer syncs.
+    chunk = CHUNK_ELEMENTS if device.type == "cpu" else GPU_CHUNK_ELEMENTS
     flat_out, flat_ref = out.detach().reshape(-1), ref.detach().reshape(-1)
-    for start in range(0, flat_out.numel(), CHUNK_ELEMENTS):
-        stats.add(flat_out[start:start + CHUNK_ELEMENTS], flat_ref[start:start + CHUNK_ELEMENTS], start)
+    for start in range(0, flat_out.numel(), chunk):
+        stats.add(flat_out[start:start + chunk], flat_ref[start:start + chunk], start)
     if stats.bad_values:
         return Comparison(False, f"nan: {where} has {stats.bad_values} NaN/Inf values where the reference is "
                                  "finite (unwritten or overflowing elements)", math.inf, math.inf)
@@ -76,46 +81,59 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
 
 
 CHUNK_ELEMENTS = 1 << 20
+GPU_CHUNK_ELEMENTS = 1 << 25
 
 
 class _ChunkStats:
     """Running max error, squared norms and elementwise verdict over chunks of one output.
     Positions where the reference itself is NaN/Inf are not judged."""
 
-    def __init__(self, atol: float, rtol: float):
-        self.atol, self.rtol = atol, rtol
+    def __init__(self, atol: float, rtol: float, device: torch.device):
+        self.atol, self.rtol, self.device = atol, rtol, device
         self.max_abs = self.diff_sq = self.ref_sq = 0.0
         self.worst_index, self.bad_values, self.elementwise_ok = 0, 0, True
 
     def add(self, out: torch.Tensor, ref: torch.Tensor, offset: int) -> None:
-        # float64 only where the data is float64: float32 holds the error of any lower precision.
-        work = torch.float64 if ref.dtype == torch.float64 else torch.float32
-        out, ref = out.to("cpu", work), ref.to("cpu", work)
-        ref_finite = torch.isfinite(ref)
-        if not bool(torch.isfinite(out).all()):
-            self.bad_values += int((~torch.isfinite(out) & ref_finite).sum())
-        diff = out.sub(ref).abs_()
-        if not bool(ref_finite.all()):
-            diff.masked_fill_(~ref_finite, 0.0)
+        # float32 holds the error of any lower precision; float64 and integers are judged in
+        # float64 (an int64 past 2**24 is not exact in float32).
+        low = ref.is_floating_point() and ref.element_size() <= 4
+        work = torch.float32 if low else torch.float64
+        out, ref = out.to(self.device, work), ref.to(self.device, work)
+        diff = torch.sub(out, ref).abs_()
+        # ref may be the caller's tensor (no copy when device and dtype match): never in place on it
+        within = diff <= ref.abs().mul_(self.rtol).add_(self.atol)  # False wherever diff is NaN
+        if not bool(within.all()):
+            # The rare path: tell unwritten (NaN/Inf) outputs from plain errors, and leave out
+            # positions where the reference itself is not finite.
+            ref_finite, out_finite = torch.isfinite(ref), torch.isfinite(out)
+            self.bad_values += int((ref_finite & ~out_finite).sum())
+            judged = ref_finite & out_finite
+            self.elementwise_ok = self.elementwise_ok and bool((within | ~judged).all())
+            diff = diff.masked_fill_(~judged, 0.0)
             ref = ref.masked_fill(~ref_finite, 0.0)
-        diff.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)  # non-finite outputs are counted in bad_values
         chunk_max = float(diff.max())
         if chunk_max > self.max_abs or offset == 0:
             self.max_abs, self.worst_index = chunk_max, offset + int(diff.argmax())
-        self.diff_sq += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
-        self.ref_sq += float(torch.linalg.vector_norm(ref, dtype=torch.float64)) ** 2
-        if self.elementwise_ok:
-            # ref may be the caller's tensor (no copy when the dtype matches): never in place on it
-            self.elementwise_ok = bool((diff <= ref.abs().mul_(self.rtol).add_(self.atol)).all())
+        self.diff_sq += _norm(diff) ** 2
+        self.ref_sq += _norm(ref) ** 2
 
 
-def compare_outputs(outs: list, refs: list, overrides: dict | None = None) -> Comparison:
-    """Compare a forward's outputs (flattened to a list) with the reference's; the worst error wins."""
+def _norm(values: torch.Tensor) -> float:
+    """L2 norm in the values' own precision, again in float64 where that overflowed (|x| > ~1e19 in
+    float32); the values here are finite, so inf can only mean overflow."""
+    norm = float(torch.linalg.vector_norm(values))
+    return norm if math.isfinite(norm) else float(torch.linalg.vector_norm(values, dtype=torch.float64))
+
+
+def compare_outputs(outs: list, refs: list, overrides: dict | None = None,
+                    device: torch.device | str | None = None) -> Comparison:
+    """Compare a forward's outputs (flattened to a list) with the reference's; the worst error wins.
+    `device`: where the arithmetic runs (default: where each reference lives)."""
     if len(outs) != len(refs):
         return Comparison(False, f"shape: the candidate returned {len(outs)} outputs, the reference {len(refs)}")
     worst = Comparison(True)
     for index, (out, ref) in enumerate(zip(outs, refs)):
-        result = compare_one(out, ref, index, overrides)
+        result = compare_one(out, ref, index, overrides, device)
         if not result.ok:
             return result
         worst = Comparison(True, "", max(worst.max_abs_err, result.max_abs_err), max(worst.rel_err, result.rel_err))

@@ -25,6 +25,7 @@ from kernelloop.results import Status, TimingStats, Verdict, rejected
 from kernelloop.sandbox.pool import split_device
 from kernelloop.sandbox.runner import JobOutcome, Zygote, new_job_dir, remove_job_dir
 from kernelloop.tools.compare import compare_outputs
+from kernelloop.tools.reference_outputs import ReferenceOutputs, compare_device
 from kernelloop.tools.speed import SpeedJudgement, judge_speed, summarize_all
 from kernelloop.tools.static_check import first_violation
 
@@ -90,7 +91,8 @@ class Verifier:
     def __init__(self, device: str = "auto", workspace: Path | None = None, strict: bool = False,
                  time_it: bool = True, compile_timeout_s: float = 180.0, run_timeout_s: float = 300.0,
                  trials: int = len(TRIAL_SEEDS), gpu_index: int | None = None, keep_jobs: bool = False,
-                 full_baselines: bool = False, static_checks: bool = True, standby: bool = True):
+                 full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
+                 gpu_compare: bool = True):
         self.device = resolve_device(device)
         self.strict = strict
         self.time_it = time_it and self.device == "cuda"
@@ -102,6 +104,7 @@ class Verifier:
         self.full_baselines = full_baselines  # adds torch.compile max-autotune (minutes of tuning)
         self.static_checks = static_checks  # off only in tests that prove the dynamic checks stand alone
         self.standby = standby  # off only to measure what a prepared child saves (benchmarks/verifier_bench.py)
+        self.gpu_compare = gpu_compare  # likewise: off only to measure the CPU compare
         self.workspace = workspace_dir(workspace)
         self.root = self.workspace / "verifier" / f"{self.device}{'' if gpu_index is None else gpu_index}"
         # Shared by every worker of this device kind in the workspace (one per GPU): a reference
@@ -112,7 +115,7 @@ class Verifier:
         self.cache_dir = self.workspace / "verifier" / f"cache-{self.device}"
         self._zygote: Zygote | None = None
         self._references: dict[str, Reference] = {}
-        self._outputs: dict[Path, list] = {}
+        self._reference_outputs: ReferenceOutputs | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> Verifier:
@@ -239,17 +242,19 @@ class Verifier:
             return rejected(f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
         compare_started = time.perf_counter()
-        outputs = torch.load(outcome.job_dir / "outputs.pt", weights_only=True)
-        refs = self._reference_outputs(reference)
+        # Memory-mapped: each chunk is read once, straight to where it is compared.
+        outputs = torch.load(outcome.job_dir / "outputs.pt", weights_only=True, mmap=True)
+        store = self.reference_outputs
+        refs = store.for_compare(reference.path)
         worst_abs = worst_rel = 0.0
         for trial, (out, ref) in enumerate(zip(outputs["trials"], refs[:-1])):
-            comparison = compare_outputs(out, ref, problem.tolerance)
+            comparison = compare_outputs(out, ref, problem.tolerance, store.device)
             if not comparison.ok:
                 reason = f"{comparison.reason} (trial {trial + 1})"
                 return Verdict(status=Status.incorrect, reason=reason, max_abs_err=comparison.max_abs_err,
                                rel_err=comparison.rel_err, trials=trial + 1, feedback=_feedback(reason, outcome), **base)
             worst_abs, worst_rel = max(worst_abs, comparison.max_abs_err), max(worst_rel, comparison.rel_err)
-        fresh = compare_outputs(outputs["fresh"], refs[-1], problem.tolerance)
+        fresh = compare_outputs(outputs["fresh"], refs[-1], problem.tolerance, store.device)
         trials = len(outputs["trials"]) + 1
         if not fresh.ok:
             reason = (f"fresh inputs: right on the trial inputs but wrong on fresh inputs after timing "
@@ -272,17 +277,19 @@ class Verifier:
         """Known ways Triton's CPU interpreter differs from a GPU that a verdict here may reflect."""
         if self.device != "cpu" or "tl.dot" not in candidate.source:
             return []
-        outputs = [t for trial in self._reference_outputs(reference) for t in trial if isinstance(t, torch.Tensor)]
+        outputs = [t for trial in self.reference_outputs.mapped(reference.path) for t in trial
+                   if isinstance(t, torch.Tensor)]
         if not any(t.dtype == torch.bfloat16 for t in outputs):
             return []
         return ["Triton's CPU interpreter computes bf16 tl.dot wrongly (triton-lang/triton#11584): "
                 "a mismatch here may be the interpreter's; check on a GPU"]
 
-    def _reference_outputs(self, reference: Reference) -> list:
-        """Reference outputs, loaded once per problem and kept (the file also holds the inputs)."""
-        if reference.path not in self._outputs:
-            self._outputs[reference.path] = torch.load(reference.path, weights_only=True, mmap=True)["outputs"]
-        return self._outputs[reference.path]
+    @property
+    def reference_outputs(self) -> ReferenceOutputs:
+        """Reference outputs, loaded once per problem and kept; on this worker's GPU when it has one."""
+        if self._reference_outputs is None:
+            self._reference_outputs = ReferenceOutputs(compare_device(self.device, self.gpu_index, self.gpu_compare))
+        return self._reference_outputs
 
     # -- baselines alone ----------------------------------------------------------------------
     def time_baselines(self, problem: Problem) -> dict:
