@@ -94,7 +94,13 @@ def main() -> None:
                                   if k.startswith(("setup", "prepare")) or k in ("save_s", "gate_s", "compare_s", "exit_s", "first_forward_s")},
                    # where timing's wall time goes (last verification): baseline compiles, rounds, profile
                    "timing_phases_s": {k: round(v, 3) for k, v in (last.profile or {}).get("phase_s", {}).items()},
-                   "compile_s": (last.profile or {}).get("compile_s", {})}
+                   "compile_s": (last.profile or {}).get("compile_s", {}),
+                   # per verification, to tell a noisy machine from a noisy kernel: medians, SM clocks
+                   # before and after timing, throttle reasons
+                   "median_ms": [{k: round(t.median_ms, 4) for k, t in v.timings.items()} for v in verdicts],
+                   "noise_floor": [v.noise_floor for v in verdicts],
+                   "gpu": [None if v.gpu is None else {"sm_clock_mhz": v.gpu.sm_clock_mhz, "power_w": v.gpu.power_w,
+                                                       "throttle": v.gpu.throttle_reasons} for v in verdicts]}
             if len(speedups) > 1:
                 row["speedup_cv"] = statistics.pstdev(speedups) / statistics.mean(speedups)
                 row["candidate_ms"] = first.timings["candidate"].median_ms

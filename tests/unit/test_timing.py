@@ -122,6 +122,7 @@ class FakeDevice:
         self.now = 0.0
         self.flushes = 0
         self.syncs = 0
+        self.holds: list[float] = []
         self._start = None
         self._done: list[float] = []
 
@@ -141,6 +142,9 @@ class FakeDevice:
 
     def sync(self) -> None:
         self.syncs += 1
+
+    def hold(self, ms: float) -> None:
+        self.holds.append(ms)
 
 
 def make_fns(device: FakeDevice, durations_ms: dict[str, float], log: list[tuple[str, int]]):
@@ -184,6 +188,22 @@ def test_warmup_is_time_based():
     assert len(log) == 1 + 20 + 1
 
 
+def test_the_hold_covers_the_slowest_host_enqueue_seen_in_warm_up():
+    device = FakeDevice()
+    fns = make_fns(device, {"candidate": 0.03, "eager": 0.4}, [])  # here host time = call time
+    run_rounds(fns, 1, device, device.now_ms, min_samples=1, min_total_ms=0.0, warmup_ms=5.0)
+    assert device.holds == [pytest.approx(timing.HOLD_FACTOR * 0.4 + timing.HOLD_MARGIN_MS)]
+    hiccup = FakeDevice()
+    calls = iter([0.03, 5.0] + [0.03] * 1000)  # the untimed call, one slow warm-up call (a GC pause, say), fast ones
+    fns = {"candidate": lambda i: setattr(hiccup, "now", hiccup.now + next(calls))}
+    run_rounds(fns, 1, hiccup, hiccup.now_ms, min_samples=1, min_total_ms=0.0, warmup_ms=10.0)
+    assert hiccup.holds == [pytest.approx(timing.HOLD_FACTOR * 0.03 + timing.HOLD_MARGIN_MS)]
+    slow = FakeDevice()
+    run_rounds(make_fns(slow, {"candidate": 50.0}, []), 1, slow, slow.now_ms, min_samples=1, min_total_ms=0.0,
+               warmup_ms=5.0)
+    assert slow.holds == [timing.MAX_HOLD_MS]  # a call that waits on the device: the hold is capped
+
+
 def test_runs_until_candidate_time_reaches_min_total():
     device = FakeDevice()
     fns = make_fns(device, {"candidate": 0.5, "eager": 5.0}, [])
@@ -200,6 +220,14 @@ def test_candidate_can_be_named():
     assert len(samples["candidate"]) == 2  # 2 x 5 ms reach 10 ms; the first key would have needed 20
 
 
+def test_max_samples_caps_a_tiny_kernel():
+    device = FakeDevice()
+    fns = make_fns(device, {"candidate": 0.01}, [])  # 100 ms of it would be 10000 rounds
+    samples = run_rounds(fns, 1, device, device.now_ms, min_samples=50, min_total_ms=100.0, warmup_ms=0.0,
+                         max_samples=300)
+    assert len(samples["candidate"]) == 300
+
+
 def test_max_total_caps_a_slow_run():
     device = FakeDevice()
     fns = make_fns(device, {"candidate": 100.0}, [])
@@ -214,6 +242,7 @@ def test_max_total_caps_a_slow_run():
     [
         ({"n_input_sets": 0}, "n_input_sets"),
         ({"min_samples": 0}, "min_samples"),
+        ({"min_samples": 10, "max_samples": 5}, "max_samples"),
         ({"min_total_ms": 20.0, "max_total_ms": 10.0}, "max_total_ms"),
         ({"candidate": "nope"}, "candidate"),
         ({"warmup_ms": -1.0}, "warmup_ms"),
