@@ -242,8 +242,9 @@ class Verifier:
             return rejected(f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
         compare_started = time.perf_counter()
-        # Memory-mapped: each chunk is read once, straight to where it is compared.
-        outputs = torch.load(outcome.job_dir / "outputs.pt", weights_only=True, mmap=True)
+        outputs = _load_outputs(outcome.job_dir / "outputs.pt")
+        if isinstance(outputs, str):
+            return rejected(outputs, **base)
         store = self.reference_outputs
         refs = store.for_compare(reference.path)
         worst_abs = worst_rel = 0.0
@@ -322,6 +323,21 @@ def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
                                           "feedback": judged.rejection, "speedup": None, "win": None})
     verdict.feedback += f" Speedup over eager {judged.speedup:.3f}x (noise floor {judged.noise_floor:.3f})."
     return verdict
+
+
+def _load_outputs(path: Path) -> dict | str:
+    """The outputs the child saved, memory-mapped (each chunk is read once, straight to where it is
+    compared; nothing of the job still runs: the sandbox ends it all before reporting its exit), or
+    why they can't be judged. The candidate's process wrote this file, so anything may be in it."""
+    try:
+        outputs = torch.load(path, weights_only=True, mmap=True)
+        if not (isinstance(outputs, dict) and isinstance(outputs.get("trials"), list)
+                and all(isinstance(o, list) for o in outputs["trials"]) and isinstance(outputs.get("fresh"), list)):
+            raise ValueError("not the {trials, fresh} lists the harness saves")
+    except Exception as exc:  # noqa: BLE001 - any failure to read them is the verdict, never a crash here
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return f"unreadable outputs: the candidate's process left an outputs file that cannot be judged ({detail})"
+    return outputs
 
 
 def _failure_reason(outcome: JobOutcome) -> str:

@@ -117,6 +117,16 @@ def test_secrets_are_scrubbed_from_the_child(verifier, problem, monkeypatch, tmp
             assert b"sk-test-SECRET-1234" not in handle.read()
 
 
+def test_outputs_the_candidate_corrupts_are_rejected_not_a_crash(problem, tmp_path):
+    """With the static rules off, a candidate replaces torch.save, so the harness's outputs file is
+    garbage; the parent says so instead of raising."""
+    swap = "torch.save = lambda obj, path, *a, **k: open(path, 'wb').write(b'not a tensor file')"
+    with Verifier(device="cpu", workspace=tmp_path, time_it=False, static_checks=False) as unguarded:
+        verdict = unguarded.verify(candidate(swap), problem)
+        assert verdict.status is Status.rejected and verdict.reason.startswith("unreadable outputs"), verdict.reason
+        assert unguarded.verify(candidate(), problem).status is Status.correct
+
+
 def test_parent_survives_and_still_verifies(verifier, problem):
     assert verifier.zygote.alive()
     assert verifier.verify(candidate(), problem).status is Status.correct
