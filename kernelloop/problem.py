@@ -22,6 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernelloop import source_ast
+
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants")
 _KB_NAME = re.compile(r"^(\d+)_(.+)\.py$")
@@ -89,7 +91,7 @@ class Problem:
             raise ProblemError(f"{path}: a problem is a .py file")
         source = path.read_text()
         try:
-            ast.parse(source, filename=str(path))
+            source_ast.parse(source, filename=str(path))
         except SyntaxError as exc:
             raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
         level = number = None
@@ -146,7 +148,7 @@ class Candidate:
     def syntax_error(self) -> str | None:
         """One line saying why the source is not a candidate, or None when it parses and has ModelNew."""
         try:
-            tree = ast.parse(self.source)
+            tree = source_ast.parse(self.source)
         except SyntaxError as exc:
             return f"line {exc.lineno}: syntax error: {exc.msg}"
         if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
+from kernelloop import source_ast
 from kernelloop.problem import Candidate
 
 _FENCE_OPEN = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w.+#-]*)")
@@ -87,7 +88,7 @@ def _is_python(block: _Block) -> bool:
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        source_ast.parse(source)
     except SyntaxError:
         return False
     return True
@@ -95,7 +96,7 @@ def _parses(source: str) -> bool:
 
 def _names(source: str) -> tuple[set[str], set[str], set[str]]:
     """(top-level definitions, names bound anywhere, names read anywhere) of a parsable source."""
-    tree = ast.parse(source)
+    tree = source_ast.parse(source)
     top: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -155,7 +156,7 @@ def _complete(chosen: _Block, blocks: list[_Block], notes: list[str]) -> str:
 
 
 def _imports(source: str) -> str:
-    tree = ast.parse(source)
+    tree = source_ast.parse(source)
     return "\n".join(ast.get_source_segment(source, node) or "" for node in tree.body
                      if isinstance(node, (ast.Import, ast.ImportFrom)))
 

@@ -12,6 +12,8 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 
+from kernelloop import source_ast
+
 # Modules a kernel may import. Anything else (os, sys, subprocess, socket, ctypes, threading,
 # importlib, pickle, ...) can reach the process, the network or the checker.
 ALLOWED_IMPORTS = frozenset({
@@ -170,7 +172,7 @@ CHECKS: tuple[Callable[[ast.Module], str | None], ...] = (
 
 
 def iter_violations(source: str) -> Iterator[str]:
-    tree = ast.parse(source)
+    tree = source_ast.parse(source)
     for check in CHECKS:
         reason = check(tree)
         if reason:
