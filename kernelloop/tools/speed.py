@@ -7,7 +7,9 @@ logic is tested on the CPU with recorded fixtures. Rules (each becomes `rejected
   * the candidate's own kernels take no device time: everything ran in library kernels ->
     "no kernel of its own";
   * faster than the roofline floor (datasheet peaks, L2 flushed) -> impossible, rejected.
-Speedups above SUSPICIOUS_SPEEDUP and throttled GPUs are marked, not rejected.
+Speedups above SUSPICIOUS_SPEEDUP and throttled GPUs are marked, not rejected. So is a host-bound
+candidate: back to back, a call takes much longer on the host's clock than on the device's (the
+events time the device alone: tools/timing.py holds it so launch gaps stay out).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ HIDDEN_WORK_RATIO = 1.5  # profiler time per call over event time; the events in
 HIDDEN_WORK_SLACK_MS = 0.01
 MIN_NON_LIBRARY_SHARE = 0.01  # below 1% of device time in kernels that aren't a library's: a decoy kernel
 PROFILE_ITERS = 10  # kernel_table's default iterations, to turn totals into per-call times
+HOST_BOUND_RATIO = 1.5  # back-to-back wall time per call over event time (warm L2: device-bound sits below 1)
+HOST_BOUND_SLACK_MS = 0.01
 
 
 @dataclass
@@ -86,6 +90,13 @@ def judge_speed(measurement: dict[str, Any]) -> SpeedJudgement:
         if judgement.gpu.throttled:
             judgement.warnings.append(f"GPU was throttled during timing ({', '.join(judgement.gpu.throttle_reasons)}): "
                                       "treat the numbers with care")
+    host_ms = stats[CANDIDATE].host_ms_per_call
+    if host_ms and host_ms > HOST_BOUND_RATIO * event_ms + HOST_BOUND_SLACK_MS:
+        eager_host_ms = stats[EAGER].host_ms_per_call if EAGER in stats else None
+        judgement.warnings.append(
+            f"host-bound: back to back a call takes {host_ms:.4f} ms by the host's clock but {event_ms:.4f} ms on the "
+            "device" + (f" (eager: {eager_host_ms:.4f} ms)" if eager_host_ms else "") + "; at this size launch overhead, "
+            "not the kernel, sets what a caller sees (the speedup compares device time)")
     if speedup and not judgement.win:
         judgement.warnings.append(f"speedup {speedup:.3f}x is within the noise floor ({noise:.3f}): not a win")
     return judgement
