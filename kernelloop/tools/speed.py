@@ -91,7 +91,8 @@ def judge_speed(measurement: dict[str, Any]) -> SpeedJudgement:
             judgement.warnings.append(f"GPU was throttled during timing ({', '.join(judgement.gpu.throttle_reasons)}): "
                                       "treat the numbers with care")
     host_ms = stats[CANDIDATE].host_ms_per_call
-    if host_ms and host_ms > HOST_BOUND_RATIO * event_ms + HOST_BOUND_SLACK_MS:
+    # Not beside a rejection: hidden work on a side stream looks host-bound too, and that is the story.
+    if host_ms and host_ms > HOST_BOUND_RATIO * event_ms + HOST_BOUND_SLACK_MS and not judgement.rejection:
         eager_host_ms = stats[EAGER].host_ms_per_call if EAGER in stats else None
         judgement.warnings.append(
             f"host-bound: back to back a call takes {host_ms:.4f} ms by the host's clock but {event_ms:.4f} ms on the "

@@ -34,6 +34,7 @@ def test_side_stream_work_is_rejected_from_the_profile():
     judged = speed.judge_speed(recorded("side_stream"))
     assert judged.rejection.startswith("stream or thread")
     assert judged.timings["candidate"].median_ms < 0.01  # the events saw almost nothing
+    assert not any(w.startswith("host-bound") for w in judged.warnings)  # the rejection tells it
 
 
 def test_a_decoy_kernel_beside_torch():
