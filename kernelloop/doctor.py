@@ -22,6 +22,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Literal
 
+from kernelloop.errors import error_line
+
 Status = Literal["ok", "warn", "fail", "skip"]
 ENDPOINT_TIMEOUT_S = 5.0
 LOW_DISK_BYTES = 2 << 30  # below this the workspace may fill mid-run (references, caches, ncu reports)
@@ -58,7 +60,7 @@ def probe_endpoint(base_url: str, api_key: str | None = None, timeout_s: float =
             return EndpointProbe(False, error=f"no connection within {timeout_s:g} s")
         return EndpointProbe(True, error=f"connected, but no answer within {timeout_s:g} s")
     except httpx.HTTPError as exc:  # refused, DNS, TLS, proxy: nothing to talk to
-        return EndpointProbe(False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        return EndpointProbe(False, error=error_line(exc))
     models: list[str] = []
     if response.status_code == 200:
         try:
@@ -89,7 +91,7 @@ def _import_or_fail(name: str, fix: str):
     try:
         return importlib.import_module(name), None
     except Exception as exc:  # any import failure is the finding
-        return None, Check(name, "fail", f"import failed: {type(exc).__name__}: {exc}".splitlines()[0], fix)
+        return None, Check(name, "fail", f"import failed: {error_line(exc)}", fix)
 
 
 def check_torch() -> Check:

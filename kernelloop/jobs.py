@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
 from kernelloop.config import EndpointConfig, workspace_dir
+from kernelloop.errors import error_line
 from kernelloop.graph.context import RunEvent
 from kernelloop.graph.report import RunSummary
 from kernelloop.problem import Candidate, Problem, sha256_text
@@ -287,7 +288,7 @@ class JobManager:
             except JobCancelled as exc:
                 job.update(state="cancelled", message=str(exc))
             except Exception as exc:  # the job fails alone; its status carries the reason
-                reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                reason = error_line(exc)
                 job.update(state="failed", error=reason, message=reason)
             finally:
                 if job.status.kind == "solve":

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from kernelloop import source_ast
+from kernelloop.errors import error_line
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants")
@@ -52,7 +53,7 @@ def import_source(path: Path, module_name: str) -> ModuleType:
         raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
     except Exception as exc:  # a problem file may fail in any way while importing
         del sys.modules[module_name]
-        raise ProblemError(f"{path}: import failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+        raise ProblemError(f"{path}: import failed: {error_line(exc)}") from None
     return module
 
 

@@ -23,6 +23,7 @@ from langgraph.types import Command
 from kernelloop.agents.planner import ReferenceFacts, reference_facts
 from kernelloop.agents.turns import ChatClient, KeyedChatClient, KeyedReplayChatClient
 from kernelloop.config import workspace_dir
+from kernelloop.errors import error_line
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer
 from kernelloop.graph.context import Context, RunEvent, VerifierLike
@@ -126,7 +127,7 @@ def _drive(graph: CompiledStateGraph, run: RunDir, payload: Any, config: dict, c
         if "settings" in values:
             stopped = isinstance(exc, (KeyboardInterrupt, RunCancelled))
             reason = ("cancelled" if isinstance(exc, RunCancelled) else "interrupted") if stopped else \
-                f"error: {type(exc).__name__}: {exc}".splitlines()[0]
+                f"error: {error_line(exc)}"
             write_outputs(run, values, "interrupted" if stopped else "failed", reason)
         raise
     values = snapshot.values

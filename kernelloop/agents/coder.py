@@ -17,6 +17,7 @@ from kernelloop.agents.planner import BACKEND_RULES
 from kernelloop.agents.prompts import prompt_sha256, render
 from kernelloop.agents.turns import (ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask,
                                      turn_key)
+from kernelloop.errors import error_line
 from kernelloop.problem import sha256_text
 from kernelloop.results import Status, Verdict
 
@@ -134,7 +135,7 @@ def write_candidate(brief: CoderBrief, client: ChatClient | KeyedChatClient) -> 
     except ReplayExhausted:
         raise  # a recording that doesn't fit the run is the user's to fix, not a model failure
     except Exception as exc:  # any endpoint failure is recorded on the attempt and judged by routing
-        attempt.model_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        attempt.model_error = error_line(exc)
         attempt.model_s = time.perf_counter() - started
         return attempt, None
     attempt.model_s = turn.latency_s or (time.perf_counter() - started)

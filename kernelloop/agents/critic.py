@@ -17,6 +17,7 @@ from kernelloop.agents.coder import Attempt
 from kernelloop.agents.planner import ReferenceFacts
 from kernelloop.agents.prompts import render
 from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask, turn_key
+from kernelloop.errors import error_line
 from kernelloop.results import Status
 
 _REJECTED_FIX = {
@@ -208,5 +209,5 @@ def advise(critique: Critique, client: ChatClient | KeyedChatClient, problem_nam
     except ReplayExhausted:
         raise
     except Exception as exc:  # any endpoint failure: the rules' critique stands, the error is kept
-        return critique.model_copy(update={"model_error": f"{type(exc).__name__}: {exc}".splitlines()[0]}), None
+        return critique.model_copy(update={"model_error": error_line(exc)}), None
     return critique.model_copy(update={"advice": turn.content.strip(), "origin": "model"}), turn

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from kernelloop.agents.prompts import prompt_sha256, render
+from kernelloop.errors import error_line
 from kernelloop.problem import Problem
 from kernelloop.agents.turns import (ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask,
                                      turn_key)
@@ -112,7 +113,7 @@ def make_plan(client: ChatClient | KeyedChatClient, messages: list[Message],
     except ReplayExhausted:
         raise  # a recording that doesn't fit the run is the user's to fix, not a model failure
     except Exception as exc:  # any endpoint failure: the run goes on with the default plan
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        error = error_line(exc)
         return Plan(text=DEFAULT_PLAN, backend=fallback, origin="default", model_error=error), None
     plan = parse_plan(turn.content, fallback)
     if backend in ("triton", "cuda"):

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from kernelloop.config import ConfigError
+from kernelloop.errors import error_line
 
 DB_NAME = "checkpoints.sqlite"
 
@@ -44,7 +45,7 @@ class CheckedSqliteSaver(SqliteSaver):
         self.path, self.runs_dir = path, runs_dir
 
     def _unreadable(self, thread: str, exc: BaseException) -> CheckpointError:
-        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        why = error_line(exc)
         return CheckpointError(f"{self.path}: a checkpoint of thread {thread} can't be read ({why}); other threads "
                                f"are not affected, and this thread's files are in {self.runs_dir / thread}")
 

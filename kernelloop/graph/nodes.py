@@ -18,6 +18,7 @@ from kernelloop.agents.coder import Attempt, CoderBrief, write_candidate
 from kernelloop.agents.critic import Critique, advise, critique_round
 from kernelloop.agents.planner import Plan, ReferenceFacts, make_plan, plan_prompt_sha, planner_messages
 from kernelloop.agents.turns import turn_key
+from kernelloop.errors import error_line
 from kernelloop.graph.context import Context, RunEvent
 from kernelloop.graph.report import write_outputs
 from kernelloop.graph.routing import stop_reason
@@ -56,7 +57,7 @@ def planner(state: State, runtime: Runtime[Context]) -> dict:
         try:
             facts = context.analyze(problem)
         except Exception as exc:  # the roofline is advice: planning goes on without it, saying why
-            facts = ReferenceFacts(notes=[f"no roofline: {type(exc).__name__}: {exc}".splitlines()[0]])
+            facts = ReferenceFacts(notes=[f"no roofline: {error_line(exc)}"])
     messages = planner_messages(record.name, record.source, facts, settings.backend, settings.baseline,
                                 settings.target_speedup)
     plan, turn = make_plan(context.client(), messages, settings.backend)

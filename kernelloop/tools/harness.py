@@ -25,6 +25,7 @@ import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernelloop.errors import error_line
 from kernelloop.sandbox.runner import DEVICE_ENV, PRELOAD_ENV
 
 # Modules jobs need, imported once here in the zygote rather than in each forked child: the
@@ -266,7 +267,7 @@ def run_one(model, inputs_cpu: list, device: str, ref_outputs: list, reuse: list
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:400]
+    text = error_line(exc).strip()[:400]
     if any(marker in text.lower() for marker in ("out of memory", "not enough memory", "allocate memory")):
         return "runtime_error", f"out of memory: {text}"
     # Triton front-end errors have their own types; MLIR pass failures surface as RuntimeError.
@@ -328,7 +329,7 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
         model = candidate.ModelNew(*reference["init_inputs"]).to(device)
     except Exception as exc:
         return {"status": "compile_error",
-                "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {type(exc).__name__}: {exc}".splitlines()[0]}
+                "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"}
     input_sets, ref_sets = reference["inputs"], reference["outputs"]
     synchronize(device)
     steps.lap("model_s")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from kernelloop.errors import error_line
 from kernelloop.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import Status, TimingStats, Verdict, rejected
@@ -335,7 +336,7 @@ def _load_outputs(path: Path) -> dict | str:
                 and all(isinstance(o, list) for o in outputs["trials"]) and isinstance(outputs.get("fresh"), list)):
             raise ValueError("not the {trials, fresh} lists the harness saves")
     except Exception as exc:  # noqa: BLE001 - any failure to read them is the verdict, never a crash here
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        detail = error_line(exc)[:200]
         return f"unreadable outputs: the candidate's process left an outputs file that cannot be judged ({detail})"
     return outputs
 
