@@ -151,10 +151,9 @@ def _children() -> list[int]:
     return found
 
 
-def _end_orphans() -> int:
+def _end_orphans() -> None:
     """Kill and reap every child the zygote has; between jobs these can only be what a job left
-    behind outside its process group. Returns how many there were."""
-    ended = 0
+    behind outside its process group."""
     for _ in range(ORPHAN_ROUNDS):
         children = _children()
         if not children:
@@ -165,8 +164,6 @@ def _end_orphans() -> int:
         for pid in children:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        ended += len(children)
-    return ended
 
 
 def _kill_group(pid: int) -> None:
