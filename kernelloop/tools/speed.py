@@ -98,6 +98,8 @@ def judge_speed(measurement: dict[str, Any]) -> SpeedJudgement:
             f"host-bound: back to back a call takes {host_ms:.4f} ms by the host's clock but {event_ms:.4f} ms on the "
             "device" + (f" (eager: {eager_host_ms:.4f} ms)" if eager_host_ms else "") + "; at this size launch overhead, "
             "not the kernel, sets what a caller sees (the speedup compares device time)")
-    if speedup and not judgement.win:
+    if speedup and speedup < 1.0 - noise:
+        judgement.warnings.append(f"slower than eager: speedup {speedup:.3f}x, below the noise floor ({noise:.3f})")
+    elif speedup and not judgement.win:
         judgement.warnings.append(f"speedup {speedup:.3f}x is within the noise floor ({noise:.3f}): not a win")
     return judgement

@@ -74,3 +74,12 @@ def test_a_throttled_gpu_and_a_large_speedup_are_marked_not_rejected():
     judged = speed.judge_speed(measurement)
     assert judged.rejection is None and judged.speedup == pytest.approx(20.0, rel=0.05)
     assert judged.suspicious and any("throttled" in w for w in judged.warnings)
+
+
+def test_a_slower_kernel_is_called_slower_not_noise():
+    measurement = copy.deepcopy(recorded("honest"))
+    measurement["samples_ms"]["eager"] = [0.6 * ms for ms in measurement["samples_ms"]["eager"]]
+    judged = speed.judge_speed(measurement)
+    assert judged.speedup == pytest.approx(0.6, rel=0.05) and judged.win is False
+    assert any(w.startswith("slower than eager") for w in judged.warnings)
+    assert not any("within the noise floor" in w for w in judged.warnings)
