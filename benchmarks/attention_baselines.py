@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from kernelloop.problem import Problem
-from kernelloop.tools.verifier import Verifier
+from kernelloop.tools.verify.verifier import Verifier
 
 ROOT = Path(__file__).resolve().parents[1] / "kernelloop" / "evals" / "problems" / "attention"
 
@@ -34,7 +34,7 @@ def flex_kernels(paths: list[Path]) -> None:
     import torch
     import torch._dynamo
 
-    from kernelloop.tools.profiler import kernel_table
+    from kernelloop.tools.profile.profiler import kernel_table
 
     for path in paths:
         torch._dynamo.reset()  # each variant from a clean compiler, as in its own verifier child

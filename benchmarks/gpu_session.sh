@@ -10,7 +10,7 @@ python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], '
 # 1. The verifier with nothing of ours installed but the source tree (no pydantic, no langgraph).
 PYTHONPATH="$PWD" python3 - <<'PY'
 from kernelloop.problem import Candidate, Problem
-from kernelloop.tools.verifier import verify
+from kernelloop.tools.verify.verifier import verify
 v = verify(Candidate.from_file("examples/candidates/2_SoftmaxIrregular.py"),
            Problem.from_file("kernelloop/evals/problems/2_SoftmaxIrregular.py"), device="cuda")
 print("bare verify:", v.status.value, v.reason, "speedup", v.speedup)

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.sandbox.pool import LocalPool, local_devices
+from kernelloop.tools.verify.pool import LocalPool, local_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "kernelloop" / "evals" / "problems"

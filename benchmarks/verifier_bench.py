@@ -26,7 +26,7 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.sandbox.runner import PRELOAD_ENV
-from kernelloop.tools.verifier import Verifier, resolve_device
+from kernelloop.tools.verify.verifier import Verifier, resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "kernelloop" / "evals" / "problems"
@@ -47,7 +47,7 @@ def plain_speedup(problem: Problem, candidate: Candidate) -> float:
     import torch
 
     from kernelloop.problem import import_source
-    from kernelloop.tools.timing import time_plain_ms
+    from kernelloop.tools.profile.timing import time_plain_ms
 
     module = import_source(candidate.path, "bench_candidate")
     torch.manual_seed(42)
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--cpu-compare", action="store_true", help="the parent compares outputs on the CPU")
     args = parser.parse_args()
     if args.no_preload:
-        os.environ[PRELOAD_ENV] = "0"  # read by the sandbox worker (kernelloop/tools/harness.py)
+        os.environ[PRELOAD_ENV] = "0"  # read by the sandbox worker (kernelloop/tools/verify/harness.py)
     device = resolve_device(args.device)
     work = pairs(args.only)
     rows, started = [], time.perf_counter()

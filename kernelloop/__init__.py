@@ -26,7 +26,7 @@ __all__ = ["verify", "solve", "build_graph", "make_pool", "kernelloop_tools", "P
 _LAZY = {
     "SolveResult": ("kernelloop.solve", "SolveResult"),
     "build_graph": ("kernelloop.graph.build", "build_graph"),
-    "make_pool": ("kernelloop.sandbox.pool", "make_pool"),
+    "make_pool": ("kernelloop.tools.verify.pool", "make_pool"),
     "kernelloop_tools": ("kernelloop.langchain_tools", "kernelloop_tools"),
     "Problem": ("kernelloop.problem", "Problem"),
     "Candidate": ("kernelloop.problem", "Candidate"),
@@ -38,10 +38,10 @@ def verify(candidate: Candidate | str | Path, problem: Problem | str | Path, **o
     """Verify one candidate (a Candidate or a file path) against a problem (a Problem or a file path).
 
     options: device ('auto', 'cpu', 'cuda'), strict, time_it, timeout_s (s), workspace, as for
-    kernelloop.tools.verifier.verify; for many candidates keep a `make_pool()` and call its verify.
+    kernelloop.tools.verify.verifier.verify; for many candidates keep a `make_pool()` and call its verify.
     """
     from kernelloop.problem import Candidate, Problem
-    from kernelloop.tools.verifier import verify as verify_one
+    from kernelloop.tools.verify.verifier import verify as verify_one
 
     candidate = candidate if isinstance(candidate, Candidate) else Candidate.from_file(candidate)
     problem = problem if isinstance(problem, Problem) else Problem.from_file(problem)

@@ -121,7 +121,7 @@ def check_cuda() -> Check:
 
 
 def check_nvml() -> Check:
-    from kernelloop.tools.gpu import nvml_problem
+    from kernelloop.tools.profile.gpu import nvml_problem
 
     problem = nvml_problem()
     if problem is None:
@@ -132,7 +132,7 @@ def check_nvml() -> Check:
 
 
 def check_ncu() -> Check:
-    from kernelloop.tools.ncu import ncu_available
+    from kernelloop.tools.profile.ncu import ncu_available
 
     usable, note = ncu_available()
     if usable:

@@ -32,7 +32,7 @@ from kernelloop.graph.context import RunEvent
 from kernelloop.graph.report import RunSummary
 from kernelloop.problem import Candidate, Problem, sha256_text
 from kernelloop.results import Verdict
-from kernelloop.sandbox.pool import VerifierPool, local_devices, make_pool
+from kernelloop.tools.verify.pool import VerifierPool, local_devices, make_pool
 from kernelloop.solve import RunCancelled
 
 JobKind = Literal["solve", "verify", "profile"]

@@ -47,7 +47,7 @@ def verify_tool(*, device: str = "auto", strict: bool = False, verifier: Verifie
         if verifier is not None:
             verdict = verifier.verify(candidate, problem)
         else:
-            from kernelloop.tools.verifier import verify  # lazy: starts a sandbox worker
+            from kernelloop.tools.verify.verifier import verify  # lazy: starts a sandbox worker
 
             verdict = verify(candidate, problem, device=device, strict=strict, workspace=space)
         return verdict.model_dump(), verdict

@@ -128,7 +128,7 @@ def reference_facts(problem: Problem, device_name: str | None = None) -> Referen
     """
     import torch  # lazy: the planner's prompt code needs no torch
 
-    from kernelloop.tools import roofline
+    from kernelloop.tools.profile import roofline
 
     module, outputs = problem.module, []
     with torch.device("meta"), torch.no_grad():  # shapes and dtypes only: ops that need data raise

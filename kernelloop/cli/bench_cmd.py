@@ -37,7 +37,7 @@ from kernelloop.problem import Problem, ProblemError
 from kernelloop.results import Verdict
 
 if TYPE_CHECKING:
-    from kernelloop.sandbox.pool import VerifierPool
+    from kernelloop.tools.verify.pool import VerifierPool
 
 console = Console()
 errors = Console(stderr=True)
@@ -64,7 +64,7 @@ def parse_budget_s(text: str) -> float:
 
 def _open_pool(device: str, ray: str | None, workspace: Path | None) -> VerifierPool:
     """The verifier workers of this bench: one per local GPU (or the CPU), or Ray actors with --ray."""
-    from kernelloop.sandbox.pool import make_pool
+    from kernelloop.tools.verify.pool import make_pool
 
     return make_pool(device, ray, workspace=workspace)
 

@@ -33,7 +33,7 @@ def mcp(
 ) -> None:
     """Serve kernelloop's tools over MCP; optimization runs are background jobs that never block a call."""
     from kernelloop.mcp_server import serve  # lazy: the MCP SDK loads only for this command
-    from kernelloop.sandbox.pool import PoolError
+    from kernelloop.tools.verify.pool import PoolError
 
     try:
         serve(transport.value, host=host, port=port, device=device, ray=ray,

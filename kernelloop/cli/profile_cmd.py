@@ -56,7 +56,7 @@ def profile(
     """Verify on the GPU, then show the kernel table, device-time split, roofline, and (--ncu) hardware metrics."""
     import torch
 
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     if not torch.cuda.is_available():
         fail_usage("profiling needs a CUDA GPU; on this machine use `kernelloop verify --device cpu` for correctness")
@@ -68,7 +68,7 @@ def profile(
         fail_usage(str(exc))
     report = None
     if ncu and verdict.ok:
-        from kernelloop.tools.ncu_run import run_ncu
+        from kernelloop.tools.profile.ncu_run import run_ncu
 
         report = run_ncu(candidate, problem, verdict.own_kernels)
     if json_out:

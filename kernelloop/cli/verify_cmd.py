@@ -69,7 +69,7 @@ def verify(
     workspace: Path | None = typer.Option(None, help="workspace dir (default $KERNELLOOP_HOME or ./.kernelloop)"),
 ) -> None:
     """Judge one candidate against its problem: correctness, rules, and speed on a GPU."""
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     try:
         loaded_problem = Problem.from_file(problem)

@@ -48,7 +48,7 @@ from kernelloop.evals.records import (
 from kernelloop.evals.report import ReportFiles, write_report
 from kernelloop.problem import Candidate, Problem, ProblemError, load_dir
 from kernelloop.results import TimingStats, Verdict
-from kernelloop.sandbox.pool import PoolError, local_devices, split_device
+from kernelloop.tools.verify.pool import PoolError, local_devices, split_device
 
 RESULTS_JSONL = "results.jsonl"
 

@@ -26,7 +26,7 @@ from kernelloop.results import Verdict
 
 @runtime_checkable
 class VerifierLike(Protocol):
-    """kernelloop.tools.verifier.Verifier or anything with its `verify`: never raises for a bad candidate."""
+    """kernelloop.tools.verify.verifier.Verifier or anything with its `verify`: never raises for a bad candidate."""
 
     def verify(self, candidate: Candidate, problem: Problem) -> Verdict: ...
 
@@ -49,7 +49,7 @@ class Context:
     chat_client: ChatClient | KeyedChatClient | None = field(
         default=None, metadata={"description": "the model; None: make_chat_client() from KERNELLOOP_* settings"})
     verifier: VerifierLike | None = field(
-        default=None, metadata={"description": "judges candidates; None: kernelloop.tools.verifier.Verifier"})
+        default=None, metadata={"description": "judges candidates; None: kernelloop.tools.verify.verifier.Verifier"})
     workspace: Path | None = field(
         default=None, metadata={"description": "run dirs live in WORKSPACE/runs/<thread_id>; None: workspace_dir()"})
     device: str = field(default="auto", metadata={"description": "device for the default verifier"})
@@ -75,7 +75,7 @@ class Context:
     def get_verifier(self) -> VerifierLike:
         with self._lock:
             if self.verifier is None:
-                from kernelloop.tools.verifier import Verifier  # lazy: starts a worker process
+                from kernelloop.tools.verify.verifier import Verifier  # lazy: starts a worker process
 
                 self.verifier = Verifier(device=self.device, workspace=self.workspace_path())
             return self.verifier

@@ -1,7 +1,7 @@
 """The warm worker process: imports torch and triton once, then forks one child per job.
 
 Run as `python -m kernelloop.sandbox.zygote MODULE`, started by runner.Zygote with a scrubbed
-environment; MODULE (e.g. kernelloop.tools.harness) is imported once and its `run_job(job) -> int`
+environment; MODULE (e.g. kernelloop.tools.verify.harness) is imported once and its `run_job(job) -> int`
 runs in each child, so the sandbox knows nothing of what the jobs do. It never initialises CUDA
 itself, so each forked child starts clean and initialises its own context.
 

@@ -47,7 +47,7 @@ TEST_PARENT_PID = os.getppid()
 
 @pytest.fixture(scope="module")
 def timed_verifier(tmp_path_factory) -> Iterator:
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KERNELLOOP_API_KEY", SECRET)

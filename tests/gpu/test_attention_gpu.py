@@ -12,7 +12,7 @@ import torch
 from kernelloop.evals.attention import FLEX_BASELINE, attention_problems
 from kernelloop.evals.problems.attention import _common as attn
 from kernelloop.problem import import_source
-from kernelloop.tools.compare import compare_one
+from kernelloop.tools.verify.compare import compare_one
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -13,7 +13,7 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Status
-from kernelloop.sandbox.pool import LocalPool, WorkerStats
+from kernelloop.tools.verify.pool import LocalPool, WorkerStats
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs or more")]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.tools.ncu_run import run_ncu
-from kernelloop.tools.verifier import Verifier
+from kernelloop.tools.profile.ncu_run import run_ncu
+from kernelloop.tools.verify.verifier import Verifier
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelloop.tools import gpu, profiler, timing
+from kernelloop.tools.profile import gpu, profiler, timing
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

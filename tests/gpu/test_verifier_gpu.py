@@ -8,7 +8,7 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Status
-from kernelloop.tools.verifier import Verifier
+from kernelloop.tools.verify.verifier import Verifier
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 ROOT = Path(__file__).resolve().parents[2]

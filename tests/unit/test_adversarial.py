@@ -170,7 +170,7 @@ def check_fixture(verifier, path: Path) -> None:
 @pytest.fixture(scope="module")
 def verifier(tmp_path_factory) -> Iterator:
     """One warm verifier for the whole corpus, with a secret in the environment it starts from."""
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with pytest.MonkeyPatch.context() as patch:

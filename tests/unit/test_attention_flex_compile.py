@@ -18,7 +18,7 @@ from torch._dynamo.utils import counters
 
 from kernelloop.evals.attention import FLEX_BASELINE, attention_problems
 from kernelloop.evals.problems.attention import _common as attn
-from kernelloop.tools.compare import compare_one
+from kernelloop.tools.verify.compare import compare_one
 
 pytestmark = pytest.mark.slow  # compiles each variant once: about 5 to 25 s each on a cold cache
 

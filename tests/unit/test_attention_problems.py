@@ -18,8 +18,8 @@ import torch
 
 from kernelloop.evals.attention import FLEX_BASELINE, attention_problems, variant_label
 from kernelloop.evals.problems.attention import _common as attn
-from kernelloop.tools.compare import compare_one
-from kernelloop.tools.static_check import first_violation
+from kernelloop.tools.verify.compare import compare_one
+from kernelloop.tools.verify.static_check import first_violation
 
 PROBLEMS = {p.name: p for p in attention_problems()}
 VARIANTS = ["causal mask", "document mask", "relative bias", "alibi bias", "full mask", "tanh softcap"]
@@ -145,7 +145,7 @@ import sys
 import torch
 from kernelloop.problem import import_source
 from kernelloop.evals.problems.attention import _common as attn
-from kernelloop.tools.compare import compare_one
+from kernelloop.tools.verify.compare import compare_one
 candidate = import_source(__import__("pathlib").Path(sys.argv[1]), "candidate")
 causal = sys.argv[2] == "causal"
 torch.manual_seed(0)

@@ -334,7 +334,7 @@ def test_real_verifier_scores_a_directory_on_cpu(tmp_path):
     cands.mkdir()
     shutil.copy(FIXTURES / "honest" / "relu_triton.py", cands / "relu.py")
     shutil.copy(FIXTURES / "honest" / "relu_triton.py", cands / "scale_add.py")  # the wrong kernel
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     work = bench.scoring_work(lambda device: Verifier(device="cpu", workspace=tmp_path / "ws"))
     result = run(bench.resolve_suite(str(suite_dir)), tmp_path / "out", work, cands)

@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from kernelloop.tools.compare import CHUNK_ELEMENTS, compare_outputs, flatten_outputs, tolerance_for
-from kernelloop.tools.reference_outputs import ReferenceOutputs, compare_device
+from kernelloop.tools.verify.compare import CHUNK_ELEMENTS, compare_outputs, flatten_outputs, tolerance_for
+from kernelloop.tools.verify.reference_outputs import ReferenceOutputs, compare_device
 
 
 def test_equal_outputs_pass_with_zero_error():

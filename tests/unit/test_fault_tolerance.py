@@ -35,7 +35,7 @@ from kernelloop.evals.suite import resolve_suite, run_bench, scoring_work
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import CheckpointError, open_checkpointer
 from kernelloop.solve import SolveError, resume, solve
-from kernelloop.tools.verifier import Verifier
+from kernelloop.tools.verify.verifier import Verifier
 from tests.fakes.openai_server import ErrorReply, FakeOpenAIServer, Hang, Reply
 from tests.graph.scripted import FIXED_KERNEL, PLAN_REPLY, RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier, \
     coder_reply

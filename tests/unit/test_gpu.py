@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from kernelloop.results import GpuState, Verdict, Status
-from kernelloop.tools import gpu
+from kernelloop.tools.profile import gpu
 
 
 def test_decode_throttle_reasons_names_each_bit():

@@ -354,7 +354,7 @@ ESCAPE = Path("/tmp/kernelloop_adversarial_escape.txt")  # what open_write_outsi
 @pytest.fixture(scope="module")
 def unchecked_verifier(tmp_path_factory):
     """A verifier that runs every candidate (no static rules), with the API key in its environment."""
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KERNELLOOP_API_KEY", SECRET)
@@ -396,7 +396,7 @@ def test_a_child_may_not_take_more_than_its_share_of_gpu_memory(tmp_path, monkey
     """8 GiB fits on any GPU the project times on, but not in 2% of it: the harness's cap says no."""
     from kernelloop.problem import Candidate, Problem
     from kernelloop.results import Status
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     greedy = (HONEST / "relu_triton.py").read_text().replace(
         "        out = torch.empty_like(x)", "        hoard = torch.empty(2 << 30, device=x.device)\n"

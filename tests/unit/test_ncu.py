@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelloop.tools import ncu
-from kernelloop.tools.ncu import (
+from kernelloop.tools.profile import ncu
+from kernelloop.tools.profile.ncu import (
     NcuError,
     NcuKernelSummary,
     NcuReport,

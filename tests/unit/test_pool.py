@@ -14,8 +14,8 @@ import pytest
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Status, Verdict
-from kernelloop.sandbox import pool as pools
-from kernelloop.sandbox.pool import LocalPool, PoolError, VerifierPool, _Workers, make_pool, precheck
+from kernelloop.tools.verify import pool as pools
+from kernelloop.tools.verify.pool import LocalPool, PoolError, VerifierPool, _Workers, make_pool, precheck
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RELU = FIXTURES / "problems" / "relu.py"
@@ -105,7 +105,7 @@ def test_a_closed_pool_refuses_work(tmp_path):
 
 @pytest.mark.parametrize("source", ["def broken(:\n", "x = 1\n", FORBIDDEN])
 def test_precheck_gives_the_verifiers_own_verdict(source):
-    from kernelloop.tools.verifier import Verifier
+    from kernelloop.tools.verify.verifier import Verifier
 
     candidate = Candidate(source=source)
     with Verifier(device="cpu") as verifier:  # these return before any sandbox starts
@@ -154,7 +154,8 @@ def test_ray_missing_is_a_clear_error(monkeypatch):
 
 
 def test_the_pool_imports_without_agent_side_packages_or_ray():
-    blocked = ("pydantic", "langgraph", "langchain_core", "typer", "rich", "jinja2", "ray", "kernelloop.tools")
+    blocked = ("pydantic", "langgraph", "langchain_core", "typer", "rich", "jinja2", "ray", "kernelloop.agents",
+               "kernelloop.graph")
     script = textwrap.dedent(f"""
         import builtins, sys
         real = builtins.__import__
@@ -163,7 +164,7 @@ def test_the_pool_imports_without_agent_side_packages_or_ray():
                 raise ImportError('blocked ' + name)
             return real(name, *args, **kwargs)
         builtins.__import__ = guard
-        import kernelloop.sandbox.pool
+        import kernelloop.tools.verify.pool
         print('ok', 'ray' in sys.modules)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -21,7 +21,7 @@ import torch
 
 import kernelloop
 from kernelloop.problem import Candidate, Problem, load_dir
-from kernelloop.tools.static_check import first_violation
+from kernelloop.tools.verify.static_check import first_violation
 
 SUITE_DIR = Path(kernelloop.__file__).parent / "evals" / "problems"
 CANDIDATES_DIR = Path(__file__).resolve().parents[2] / "examples" / "candidates"

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from kernelloop.tools.ncu_run import run_ncu
+from kernelloop.tools.profile.ncu_run import run_ncu
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
@@ -18,6 +18,6 @@ def test_profile_without_gpu_is_a_clear_usage_error():
 
 
 def test_missing_ncu_degrades_to_a_note(monkeypatch, tmp_path):
-    monkeypatch.setattr("kernelloop.tools.ncu_run.ncu_available", lambda: (False, "ncu not found"))
+    monkeypatch.setattr("kernelloop.tools.profile.ncu_run.ncu_available", lambda: (False, "ncu not found"))
     report = run_ncu(tmp_path / "c.py", tmp_path / "p.py", ["triton:k"])
     assert report.kernels == [] and report.notes == ["ncu not found"]

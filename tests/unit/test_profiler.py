@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelloop.tools import profiler, roofline
-from kernelloop.tools.ncu import NcuReport, read_ncu_output
-from kernelloop.tools.profiler import (
+from kernelloop.tools.profile import profiler, roofline
+from kernelloop.tools.profile.ncu import NcuReport, read_ncu_output
+from kernelloop.tools.profile.profiler import (
     KernelRow,
     ProfilerError,
     aggregate_kernels,

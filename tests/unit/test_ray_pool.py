@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from kernelloop.cli._app import app
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Status, Verdict
-from kernelloop.sandbox.pool import RayPool
+from kernelloop.tools.verify.pool import RayPool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 runner = CliRunner()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelloop.tools.roofline import (
+from kernelloop.tools.profile.roofline import (
     DEFAULT_PEAKS,
     KNOWN_PEAKS,
     PEAK_KEYS,

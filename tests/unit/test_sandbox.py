@@ -10,7 +10,7 @@ import pytest
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Status
-from kernelloop.tools.verifier import Verifier
+from kernelloop.tools.verify.verifier import Verifier
 
 PROBLEM = '''
 import torch

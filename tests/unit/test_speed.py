@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelloop.tools import speed
+from kernelloop.tools.verify import speed
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "speed"
 

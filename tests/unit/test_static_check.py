@@ -2,7 +2,7 @@
 
 import pytest
 
-from kernelloop.tools.static_check import first_violation
+from kernelloop.tools.verify.static_check import first_violation
 
 HONEST = '''
 import math

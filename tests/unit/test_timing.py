@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from kernelloop.tools import timing
-from kernelloop.tools.timing import (
+from kernelloop.tools.profile import timing
+from kernelloop.tools.profile.timing import (
     MIN_NOISE_FLOOR,
     TimingError,
     event_vs_host_disagreement,

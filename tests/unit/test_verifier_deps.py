@@ -12,11 +12,11 @@ import textwrap
 
 AGENT_SIDE = ("pydantic", "langgraph", "langchain_core", "langchain_openai", "typer", "rich", "jinja2", "matplotlib")
 VERIFIER_MODULES = (
-    "kernelloop.tools.verifier",
-    "kernelloop.tools.measure",
-    "kernelloop.tools.speed",
-    "kernelloop.tools.ncu",
-    "kernelloop.tools.harness",
+    "kernelloop.tools.verify.verifier",
+    "kernelloop.tools.profile.measure",
+    "kernelloop.tools.verify.speed",
+    "kernelloop.tools.profile.ncu",
+    "kernelloop.tools.verify.harness",
 )
 
 

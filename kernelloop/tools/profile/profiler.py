@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from kernelloop.results import Record
-from kernelloop.tools import roofline
-from kernelloop.tools.ncu import NcuReport
+from kernelloop.tools.profile import roofline
+from kernelloop.tools.profile.ncu import NcuReport
 
 _US_PER_MS = 1000.0
 TOP_KERNELS = 5  # rows the critic sees; the rest is summed into the shares

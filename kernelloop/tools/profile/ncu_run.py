@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from kernelloop.sandbox.runner import scrubbed_env
-from kernelloop.tools.ncu import NcuReport, find_ncu, ncu_available, ncu_command, read_ncu_output
+from kernelloop.tools.profile.ncu import NcuReport, find_ncu, ncu_available, ncu_command, read_ncu_output
 
 NCU_TIMEOUT_S = 300.0
 
@@ -28,7 +28,7 @@ def run_ncu(candidate: Path, problem: Path, own_kernel_names: list[str], *, iter
     regex = "|".join(names) if names else None
     with tempfile.TemporaryDirectory(prefix="kernelloop-ncu-") as scratch:
         out_csv = Path(scratch) / "ncu.csv"
-        argv = ncu_command([sys.executable, "-m", "kernelloop.tools.profile_driver", str(candidate.resolve()),
+        argv = ncu_command([sys.executable, "-m", "kernelloop.tools.profile.profile_driver", str(candidate.resolve()),
                             str(problem.resolve()), "--iters", str(iters + 1)],
                            out_csv, regex, launch_skip=max(1, len(names)), ncu=find_ncu() or "ncu")
         env = scrubbed_env("cuda", Path(scratch) / "cache")

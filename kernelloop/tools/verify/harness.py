@@ -44,8 +44,8 @@ if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
     raise RuntimeError("CUDA was initialised while the sandbox worker imported its modules")
 
 from kernelloop.problem import import_source
-from kernelloop.tools.compare import compare_outputs, flatten_outputs
-from kernelloop.tools.stopwatch import Stopwatch
+from kernelloop.tools.verify.compare import compare_outputs, flatten_outputs
+from kernelloop.tools.profile.stopwatch import Stopwatch
 
 INIT_SEED = 42
 # aten ops that move, view or allocate memory but compute nothing: they don't count as
@@ -377,7 +377,7 @@ def _check_candidate(model, input_sets, ref_sets, counter: LaunchCounter, job: d
     gate_s = time.perf_counter() - gate_started
     if timed:
         set_phase(job_dir, "timing")
-        from kernelloop.tools.measure import device_sets, measure  # GPU-only path, imported when used
+        from kernelloop.tools.profile.measure import device_sets, measure  # GPU-only path, imported when used
 
         problem = import_source(Path(job["problem_path"]), "kernelloop_problem")  # the eager baseline
         timing_started = time.perf_counter()
@@ -402,7 +402,7 @@ def _check_candidate(model, input_sets, ref_sets, counter: LaunchCounter, job: d
 
 def run_baselines(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     """Time eager, torch.compile and the problem's own baselines, no candidate (bench --baselines-only)."""
-    from kernelloop.tools.measure import measure_baselines
+    from kernelloop.tools.profile.measure import measure_baselines
 
     problem = import_source(Path(job["problem_path"]), "kernelloop_problem")
     input_sets = []

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from kernelloop.tools import gpu, profiler, roofline, timing
-from kernelloop.tools.stopwatch import Stopwatch
+from kernelloop.tools.profile import gpu, profiler, roofline, timing
+from kernelloop.tools.profile.stopwatch import Stopwatch
 
 # Names of timed callables. "candidate_again" is the same model timed as a second entry so
 # the noise floor comes from the same rounds as the speedups.

@@ -23,18 +23,23 @@ from kernelloop.errors import error_line
 from kernelloop.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import Status, TimingStats, Verdict, rejected
-from kernelloop.sandbox.pool import split_device
 from kernelloop.sandbox.runner import JobOutcome, Zygote, new_job_dir, remove_job_dir
-from kernelloop.tools.compare import compare_outputs
-from kernelloop.tools.reference_outputs import ReferenceOutputs, compare_device
-from kernelloop.tools.speed import SpeedJudgement, judge_speed, summarize_all
-from kernelloop.tools.static_check import first_violation
+from kernelloop.tools.verify.compare import compare_outputs
+from kernelloop.tools.verify.reference_outputs import ReferenceOutputs, compare_device
+from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed, summarize_all
+from kernelloop.tools.verify.static_check import first_violation
 
 TRIAL_SEEDS = (1, 2, 3)
 FRESH_SEED = 1009  # inputs the candidate first sees after timing: catches caching by pointer or id
 CPU_MEMORY_LIMIT_BYTES = 16 << 30
 # The code that writes references: stored references from another version of it are not reused.
 HARNESS_SHA256 = hashlib.sha256(Path(__file__).with_name("harness.py").read_bytes()).hexdigest()
+
+
+def split_device(device: str) -> tuple[str, int | None]:
+    """'cuda:1' -> ('cuda', 1); 'cpu' -> ('cpu', None): a Verifier's (device, gpu_index)."""
+    kind, _, index = device.partition(":")
+    return kind, int(index) if index else None
 
 
 def resolve_device(device: str) -> str:
@@ -134,7 +139,7 @@ class Verifier:
     def zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
             # The workspace (checkpoint DB, run dirs) is hidden from candidates where bubblewrap runs.
-            self._zygote = Zygote("kernelloop.tools.harness", self.device, self.root, self.gpu_index,
+            self._zygote = Zygote("kernelloop.tools.verify.harness", self.device, self.root, self.gpu_index,
                                   hide=[self.workspace], standby=self.standby, cache_dir=self.cache_dir,
                                   read_only=[self.references_dir])
         return self._zygote

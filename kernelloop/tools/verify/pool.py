@@ -12,10 +12,7 @@
 that has seen this problem (references are shared on disk by the workers of a workspace; the
 one that saw it has them loaded already), so many solve threads or bench workers can share one pool.
 
-Import direction: sandbox/ sits below tools/ (tools.verifier imports sandbox.runner), yet a
-pool's workers are tools.verifier.Verifier objects. Importing tools inside the functions that
-build workers or judge sources keeps `import kernelloop.sandbox.pool` free of tools/ (no import
-cycle), and this module, like the verifier, needs only torch: no agent-side package.
+This module, like the verifier it holds, needs only torch: no agent-side package.
 """
 
 from __future__ import annotations
@@ -35,6 +32,7 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Verdict
+from kernelloop.tools.verify.verifier import Verifier, precheck, split_device
 from kernelloop.workspace import workspace_dir
 
 RAY_HINT = "install the optional extra: pip install 'kernelloop[ray]' (ray>=2.30,<3)"
@@ -52,13 +50,6 @@ class WorkerStats:
     slot: str  # 'cpu', 'cuda:N' (local) or 'ray:N' (a Ray GPU actor)
     served: int = 0  # verify and time_baselines calls run on it (pre-checked rejections never reach one)
     busy_s: float = 0.0  # wall time spent serving them, s
-
-
-def precheck(candidate: Candidate, device: str, static_checks: bool = True) -> Verdict | None:
-    """Verifier.verify's first steps (parse, static rules), shared so the two can't drift."""
-    from kernelloop.tools.verifier import precheck as verifier_precheck  # lazy: sandbox sits below tools
-
-    return verifier_precheck(candidate, device, static_checks)
 
 
 W = TypeVar("W")
@@ -178,18 +169,10 @@ def local_devices(device: str = "auto") -> list[str]:
     raise PoolError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
 
 
-def split_device(device: str) -> tuple[str, int | None]:
-    """'cuda:1' -> ('cuda', 1); 'cpu' -> ('cpu', None): a Verifier's (device, gpu_index)."""
-    kind, _, index = device.partition(":")
-    return kind, int(index) if index else None
-
-
 class LocalPool(VerifierPool):
     """One Verifier per device in `devices` ('cpu' or 'cuda:N'), each with its own warm sandbox worker."""
 
     def __init__(self, devices: Sequence[str], workspace: str | Path | None = None, **verifier_options: Any):
-        from kernelloop.tools.verifier import Verifier  # lazy: see the module docstring
-
         kinds = {split_device(d)[0] for d in devices}
         if not devices or len(kinds) != 1 or not kinds <= {"cpu", "cuda"} or len(set(devices)) != len(devices):
             raise PoolError(f"a local pool needs distinct devices of one kind ('cpu' or 'cuda:N'), got {list(devices)}")
@@ -229,8 +212,6 @@ class _VerifierActor:
     """Lives in a Ray worker: one Verifier on the GPU Ray gave this actor (or on the CPU)."""
 
     def __init__(self, device: str, workspace: str, index: int, options: dict[str, Any]):
-        from kernelloop.tools.verifier import Verifier  # lazy: see the module docstring
-
         # Ray sets CUDA_VISIBLE_DEVICES for this actor; the sandbox builds its child's environment
         # from scratch, so it must be told the physical GPU explicitly.
         gpu_index = _assigned_gpu() if device == "cuda" else None

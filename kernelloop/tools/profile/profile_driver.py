@@ -1,6 +1,6 @@
 """The program ncu profiles: load a candidate, run its forward a few times on the GPU, exit.
 
-    python -m kernelloop.tools.profile_driver CANDIDATE PROBLEM [--iters N]
+    python -m kernelloop.tools.profile.profile_driver CANDIDATE PROBLEM [--iters N]
 
 ncu must start the process it profiles, so this runs outside the verifier's zygote; it still
 refuses a candidate that breaks a static rule, and ncu_run.py starts it with the sandbox's
@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from kernelloop.problem import Candidate, Problem, import_source
-from kernelloop.tools.harness import INIT_SEED, seed_all
-from kernelloop.tools.static_check import first_violation
+from kernelloop.tools.verify.harness import INIT_SEED, seed_all
+from kernelloop.tools.verify.static_check import first_violation
 
 
 def main() -> int:

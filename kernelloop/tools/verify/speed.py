@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelloop.results import GpuState, TimingStats
-from kernelloop.tools import timing
-from kernelloop.tools.measure import AGAIN, CANDIDATE, EAGER
+from kernelloop.tools.profile import timing
+from kernelloop.tools.profile.measure import AGAIN, CANDIDATE, EAGER
 
 SUSPICIOUS_SPEEDUP = 10.0
 HIDDEN_WORK_RATIO = 1.5  # profiler time per call over event time; the events include a cold L2, so honest kernels sit below 1

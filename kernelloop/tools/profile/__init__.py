@@ -1,0 +1,1 @@
+"""Timing and profiling instruments: the one timer, profiler, Nsight Compute, roofline, NVML."""

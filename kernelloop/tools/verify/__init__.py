@@ -1,0 +1,1 @@
+"""The verifier: parent (judge), child program (harness), comparison, rules, speed verdict, pool."""
