@@ -2,10 +2,10 @@
 
 import math
 
+import pytest
 import torch
 
-from kernelloop.tools.verify.compare import CHUNK_ELEMENTS, compare_outputs, flatten_outputs, tolerance_for
-from kernelloop.tools.verify.reference_outputs import ReferenceOutputs, compare_device
+from kernelloop.tools.verify.compare import CHUNK_ELEMENTS, compare_device, compare_outputs, flatten_outputs, tolerance_for
 
 
 def test_equal_outputs_pass_with_zero_error():
@@ -36,7 +36,7 @@ def test_shape_dtype_and_count_are_checked():
 
 def test_tolerance_is_dtype_aware_and_overridable():
     assert tolerance_for(torch.bfloat16)["rel"] > tolerance_for(torch.float32)["rel"]
-    assert tolerance_for(torch.int64) == {"atol": 0.0, "rtol": 0.0, "rel": 0.0}
+    assert tolerance_for(torch.int64) == {"atol": 0.0, "rtol": 0.0, "rel": 0.0, "median_rel": 0.0, "bias": 0.0}
     assert tolerance_for(torch.float16, {"float16": {"rel": 0.5}})["rel"] == 0.5
     ref = torch.randn(1000)
     noisy = ref + 3e-3 * torch.randn(1000)
@@ -69,12 +69,11 @@ def test_integers_past_float32_precision_are_exact():
     assert compare_outputs([ref.clone()], [ref]).ok
 
 
-def test_positions_where_the_reference_is_not_finite_are_not_judged():
+def test_matching_non_finite_positions_are_left_out_and_the_rest_judged():
     ref = torch.randn(3000)
     ref[[7, 2500]] = float("nan")
-    ref[11] = float("inf")
+    ref[11], ref[13] = float("inf"), float("-inf")
     out = ref.clone()
-    out[[7, 11, 2500]] = torch.tensor([1.0, 2.0, float("nan")])
     assert compare_outputs([out], [ref]).ok
     out[12] = out[12] + 1.0
     result = compare_outputs([out], [ref])
@@ -101,11 +100,206 @@ def test_compare_device_maps_the_physical_gpu_into_this_process(monkeypatch):
     assert compare_device("cuda", 5).type == "cpu"  # not visible here: the CPU compares
 
 
-def test_reference_outputs_are_loaded_once_and_kept(tmp_path):
-    path = tmp_path / "ref.pt"
-    torch.save({"inputs": [], "outputs": [[torch.arange(4.0)], [torch.ones(2)]]}, path)
-    store = ReferenceOutputs(torch.device("cpu"))
-    sets = store.for_compare(path)
-    assert store.for_compare(path) is sets and torch.equal(sets[0][0], torch.arange(4.0))
-    path.unlink()  # loaded already: the worker keeps judging against it
-    assert store.mapped(path) is sets
+# --- non-finite values ---------------------------------------------------------------------------
+
+def test_an_inf_in_the_reference_cannot_switch_the_norm_check_off():
+    ref = torch.randn(1000)
+    ref[0] = float("inf")
+    out = ref * 1.005  # within rtol elementwise, 5e-3 norm-relative: over float32's 1e-3
+    assert compare_outputs([out], [ref]).reason.startswith("mismatch")  # the inf matches, the rest is judged
+    out[0] = 0.0  # finite where the reference is inf: |0 - inf| <= rtol * inf held, and ||ref|| was inf
+    result = compare_outputs([out], [ref])
+    assert not result.ok and result.reason.startswith("nan") and "flat index 0" in result.reason
+
+
+@pytest.mark.parametrize(("expected", "got"), [
+    ("nan", "1.0"), ("nan", "inf"), ("inf", "-inf"), ("-inf", "inf"), ("inf", "nan"), ("-inf", "3.0"),
+    ("2.0", "inf"), ("2.0", "nan"),
+])
+def test_non_finite_values_must_match_the_reference_in_kind_and_position(expected, got):
+    ref = torch.randn(CHUNK_ELEMENTS + 100)
+    ref[CHUNK_ELEMENTS + 7] = float(expected)
+    ref[3] = float("nan")  # a matching NaN earlier on: not the one reported
+    out = ref.clone()
+    out[CHUNK_ELEMENTS + 7] = float(got)
+    result = compare_outputs([out], [ref])
+    assert not result.ok and result.reason.startswith("nan") and "\n" not in result.reason
+    assert f"first at flat index {CHUNK_ELEMENTS + 7}: got {float(got):.6g}, expected {float(expected):.6g}" in result.reason
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_values_that_match_pass(value):
+    ref = torch.randn(100)
+    ref[[5, 50]] = float(value)
+    assert compare_outputs([ref.clone()], [ref]).ok
+
+
+def test_a_huge_float64_reference_keeps_its_norm():
+    ref = 1e200 * (1 + torch.rand(4096, dtype=torch.float64))  # squares overflow even float64
+    result = compare_outputs([ref * (1 + 5e-7)], [ref])  # within rtol 1e-6, over rel 1e-7
+    assert not result.ok and math.isclose(result.rel_err, 5e-7, rel_tol=1e-3)
+
+
+# --- complex outputs -----------------------------------------------------------------------------
+
+def test_complex_outputs_keep_their_imaginary_part():
+    ref = torch.randn(1000, dtype=torch.complex64)
+    assert compare_outputs([ref.clone()], [ref]).ok
+    wrong = torch.complex(ref.real, ref.imag + 1.0)
+    result = compare_outputs([wrong], [ref])
+    assert not result.ok and "(imag part)" in result.reason
+
+
+def test_complex_outputs_take_the_tolerance_of_their_real_dtype():
+    assert tolerance_for(torch.complex64) == tolerance_for(torch.float32)
+    assert tolerance_for(torch.complex128) == tolerance_for(torch.float64)
+    assert tolerance_for(torch.complex64, {"float32": {"rel": 0.5}})["rel"] == 0.5
+    assert tolerance_for(torch.complex64, {"complex64": {"rel": 0.25}})["rel"] == 0.25
+    ref = torch.randn(10000, dtype=torch.complex64)
+    noisy = ref * (1 + 1e-5 * torch.randn(10000))  # float32 passes this, exact equality would not
+    assert compare_outputs([noisy], [ref]).ok
+    double = ref.to(torch.complex128)
+    assert not compare_outputs([double * (1 + 1e-5)], [double]).ok  # float64's rel is 1e-7
+    assert compare_outputs([double.conj()], [double.conj().resolve_conj()]).ok  # a lazy conjugate
+
+
+# --- element-wise relative statistics ------------------------------------------------------------
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """float32 rounded to tf32's 10 mantissa bits, as a tensor core rounds a matmul's inputs."""
+    return ((x.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def _honest(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, ref) as an honest kernel would leave them."""
+    torch.manual_seed(0)
+    n = 1 << 18
+    exact = torch.randn(n, dtype=torch.float64)
+    if name == "float32 op":
+        x = torch.randn(n)
+        return torch.nn.functional.gelu(x), torch.nn.functional.gelu(x.double()).float()
+    if name == "tf32 matmul":  # 1/sqrt(K): outputs ~N(0, 1), where atol 1e-2 holds (it does not at ~32)
+        a, b = torch.randn(256, 1024) / 32, torch.randn(1024, 512)
+        return _tf32(a) @ _tf32(b), (a.double() @ b.double()).float()
+    if name == "tf32 truncated, positive inputs":  # as on the H100: linear+ReLU, one-sided -6.65e-4 on average
+        a, b = torch.rand(256, 1024) / 32, torch.rand(1024, 512)
+        truncated = lambda x: (x.view(torch.int32) & ~0x1FFF).view(torch.float32)  # noqa: E731
+        return truncated(a) @ truncated(b), (a.double() @ b.double()).float()
+    if name == "tf32-like relative noise":
+        ref = exact.float()
+        return ref * (1 + 3e-4 * torch.randn(n)), ref
+    if name == "absolute noise":  # a reduction's error: set by the row's scale, not the element's
+        ref = exact.float()
+        return ref + 3e-4 * torch.randn(n), ref
+    if name in ("bfloat16", "float16"):  # computed in float64, rounded once vs rounded via float32
+        dtype = getattr(torch, name)
+        return exact.to(dtype), exact.float().to(dtype)
+    if name == "bfloat16 matmul":  # float32 accumulation vs torch's own
+        a, b = torch.randn(256, 512, dtype=torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+        return (a.float() @ b.float()).to(torch.bfloat16), a @ b
+    if name == "half zeros":
+        ref = torch.where(torch.rand(n) < 0.5, 0.0, exact).float()
+        return ref * (1 + 1e-6 * torch.randn(n)) + 1e-9 * torch.randn(n), ref
+    if name == "a few huge values":
+        ref = exact.float()
+        ref[::50000] = 1e6
+        return ref * (1 + 3e-4 * torch.randn(n)), ref
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("name", ["float32 op", "tf32 matmul", "tf32 truncated, positive inputs",
+                                  "tf32-like relative noise", "absolute noise",
+                                  "bfloat16", "float16", "bfloat16 matmul", "half zeros", "a few huge values"])
+def test_honest_kernels_pass_the_relative_statistics(name):
+    out, ref = _honest(name)
+    result = compare_outputs([out], [ref])
+    assert result.ok, result.reason
+
+
+def test_honest_kernels_pass_across_chunks():
+    ref = torch.randn(2 * CHUNK_ELEMENTS + 1000)
+    ref[::100000] = 1e6
+    assert compare_outputs([ref * (1 + 3e-4 * torch.randn(ref.numel()))], [ref]).ok
+
+
+def _under_huge_values(n: int, dtype: torch.dtype, huge: float = 1e6) -> torch.Tensor:
+    torch.manual_seed(0)
+    ref = torch.randn(n)
+    ref[:10] = huge  # these dominate ||ref||: the norm-relative error of the rest shrinks ~1e-3x
+    return ref.to(dtype)
+
+
+def _biased(ref: torch.Tensor, factor: float, fraction: float = 1.0) -> torch.Tensor:
+    out = ref.float().clone()
+    out[10:int(ref.numel() * fraction)] *= factor  # the huge values stay exact
+    return out.to(ref.dtype)
+
+
+@pytest.mark.parametrize("n", [10000, 2 * CHUNK_ELEMENTS + 10])
+def test_a_bias_under_huge_values_fails(n):
+    ref = _under_huge_values(n, torch.float32)
+    out = _biased(ref, 1.009)
+    assert (out - ref).abs().le(1e-2 + 1e-2 * ref.abs()).all()  # every element within atol + rtol * |ref|
+    result = compare_outputs([out], [ref])
+    assert not result.ok and result.rel_err < 1e-3 and "off on most elements" in result.reason
+    assert "median relative error is ~0.009" in result.reason
+
+
+def test_a_bias_everywhere_fails_float32():
+    ref = torch.randn(10000)
+    result = compare_outputs([ref * 1.005], [ref])
+    assert not result.ok and result.reason.startswith("mismatch")
+
+
+@pytest.mark.parametrize(("dtype", "huge", "factor", "fraction", "reason"), [
+    (torch.float16, 3e4, 1.009, 1.0, "off on most elements"),  # median_rel 5e-3
+    (torch.bfloat16, 1e6, 1.009, 1.0, "a scale error"),  # median_rel 1e-2 lets 0.9% through, bias 5e-3 does not
+    (torch.float32, 1e6, 1.009, 0.4, "a scale error"),  # on a minority the median says nothing
+    (torch.float32, 1e6, 0.991, 0.3, "a scale error"),
+])
+def test_a_bias_on_some_or_all_elements_fails(dtype, huge, factor, fraction, reason):
+    ref = _under_huge_values(20000, dtype, huge)
+    result = compare_outputs([_biased(ref, factor, fraction)], [ref])
+    assert not result.ok and result.reason.startswith("mismatch") and reason in result.reason
+    assert result.rel_err < tolerance_for(dtype)["rel"]
+
+
+def test_an_offset_under_huge_values_fails():
+    ref = _under_huge_values(20000, torch.float32)
+    out = ref + 0.002  # within atol; relative to |ref| ~0.8 that is 2.5e-3, one-sided
+    out[:10] = ref[:10]
+    result = compare_outputs([out], [ref])
+    assert not result.ok and result.reason.startswith("mismatch")
+    out = ref + 1.5e-3  # one-sided: (out - ref) / |ref| averages over float32's 2e-3 bias bound
+    out[:10] = ref[:10]
+    result = compare_outputs([out], [ref])
+    assert not result.ok and result.reason.startswith("mismatch")
+
+
+def test_the_new_keys_default_from_rel_and_can_be_overridden():
+    assert tolerance_for(torch.float32)["median_rel"] == tolerance_for(torch.float32)["rel"]
+    assert tolerance_for(torch.float32)["bias"] == tolerance_for(torch.float32)["rel"] * 2  # tf32 truncates
+    assert tolerance_for(torch.bfloat16)["bias"] == tolerance_for(torch.bfloat16)["rel"] / 2
+    tightened = tolerance_for(torch.float32, {"float32": {"rel": 1e-5}})
+    assert tightened["median_rel"] == 1e-5 and tightened["bias"] == 2e-5  # a tighter rel tightens them too
+    ref = _under_huge_values(10000, torch.float32)
+    out = _biased(ref, 1.009)
+    assert not compare_outputs([out], [ref]).ok
+    assert compare_outputs([out], [ref], {"float32": {"median_rel": 0.02, "bias": 0.02}}).ok
+
+
+def test_a_single_element_is_judged_by_the_norm_alone():
+    ref = torch.tensor([2.0])  # one element: its mean error is no evidence of bias beyond the norm
+    assert compare_outputs([ref * (1 + 8e-4)], [ref]).ok
+    assert not compare_outputs([ref * (1 + 2e-3)], [ref]).ok
+
+
+def test_booleans_are_exact():
+    ref = torch.tensor([True, False, True])
+    assert compare_outputs([ref.clone()], [ref]).ok
+    assert not compare_outputs([~ref], [ref]).ok
+
+
+def test_a_sparse_output_is_rejected_not_raised():
+    ref = torch.randn(4, 4)
+    assert compare_outputs([ref.to_sparse()], [ref]).reason.startswith("layout")
