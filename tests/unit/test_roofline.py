@@ -13,10 +13,13 @@ from kernelloop.tools.profile.roofline import (
     RooflineError,
     count_bytes,
     count_flops,
+    count_output_bytes,
     floor_ms,
     floor_parts_ms,
+    output_floor_ms,
     peak_key_for,
     peaks_for,
+    reference_floor_ms,
     roofline_position,
 )
 
@@ -134,8 +137,57 @@ def test_peak_key_for_dtypes():
 
 def test_roofline_position_is_percent_of_the_limit():
     assert roofline_position(2.0, 1.0) == 50.0
-    assert roofline_position(0.5, 1.0) == 200.0  # faster than possible: suspicious
+    assert roofline_position(0.5, 1.0) == 200.0  # past the reference floor: less work than the reference, or not real
     with pytest.raises(RooflineError):
         roofline_position(0.0, 1.0)
     with pytest.raises(RooflineError):
         floor_ms(-1, 0, DEFAULT_PEAKS, "fp32")
+
+
+def test_output_bytes_count_only_the_outputs_once_each():
+    out = torch.zeros(256, 128)  # 128 KiB float32
+    half = torch.zeros(10, dtype=torch.float16)  # 20 bytes
+    assert count_output_bytes(out) == 256 * 128 * 4
+    assert count_output_bytes((out, [half, None, 3], {"again": out})) == 256 * 128 * 4 + 20
+    assert count_bytes((torch.zeros(7),), out) == 7 * 4 + count_output_bytes(out)
+
+
+def test_output_floor_by_hand_on_h100():
+    """diag(A) @ B at N=4096 in float32 (KernelBench level 1 #12): 64 MiB of output at 3.35 TB/s."""
+    h100 = peaks_for("NVIDIA H100 80GB HBM3")
+    n_bytes = 4096 * 4096 * 4  # 67,108,864 bytes
+    assert output_floor_ms(n_bytes, h100) == pytest.approx(67_108_864 / 3.35e12 * 1e3)  # 0.02003 ms
+    assert output_floor_ms(n_bytes, h100) == pytest.approx(0.020032, rel=1e-4)
+    assert output_floor_ms(0, h100) == 0.0
+    with pytest.raises(RooflineError):
+        output_floor_ms(-1, h100)
+
+
+def test_output_floor_ignores_flops_and_inputs_the_reference_floor_counts_them():
+    toy = DevicePeaks(name="toy", fp32_tflops=1.0, tf32_tflops=1.0, bf16_tflops=1.0, fp16_tflops=1.0,
+                      fp8_tflops=None, memory_gb_per_s=1.0, source="test")
+    # 1 GB/s is 1e6 bytes per ms; 1 TFLOP/s is 1e9 FLOP per ms
+    assert output_floor_ms(2_000_000, toy) == pytest.approx(2.0)
+    assert reference_floor_ms(5 * 10**9, 3_000_000, toy, "fp32") == pytest.approx(5.0)  # compute-bound
+    assert reference_floor_ms(0, 3_000_000, toy, "fp32") == floor_ms(0, 3_000_000, toy, "fp32") == pytest.approx(3.0)
+
+
+def test_measure_roofline_keeps_the_reference_floor_and_adds_the_output_floor(monkeypatch):
+    """The issue's case: the reference's 1.37e11 FLOPs give a 0.2778 ms floor on the H100, but a
+    correct row-scaling kernel only has to write 64 MiB: 0.0200 ms. Meta tensors: nothing runs."""
+    from kernelloop.tools.profile import measure
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H100 80GB HBM3")
+    n = 4096
+    a, b = torch.empty(n, device="meta"), torch.empty(n, n, device="meta")
+    roof = measure._roofline(lambda x, y: torch.diag(x) @ y, [[a, b]])
+    assert roof["flops"] == 2 * n**3
+    assert roof["bytes"] == (n + 2 * n * n) * 4
+    assert roof["output_bytes"] == n * n * 4
+    assert roof["peaks"] == "H100 SXM" and roof["peak_key"] == "tf32"
+    assert roof["compute_floor_ms"] == pytest.approx(2 * n**3 / 494.7e9)  # 0.2778 ms
+    assert roof["compute_floor_ms"] == pytest.approx(0.2778, abs=1e-4)
+    assert roof["memory_floor_ms"] == pytest.approx((n + 2 * n * n) * 4 / 3.35e9)
+    assert roof["floor_ms"] == roof["reference_floor_ms"] == roof["compute_floor_ms"]
+    assert roof["output_floor_ms"] == pytest.approx(n * n * 4 / 3.35e9)  # 0.0200 ms
+    assert roof["output_floor_ms"] < 0.0997 < roof["floor_ms"]  # the rejected kernel's time lies between

@@ -1,10 +1,18 @@
-"""The roofline floor: no correct version runs much faster than max(FLOPs / peak, bytes / bandwidth).
+"""Roofline floors: how fast the reference's work can run, and how fast any correct kernel can.
 
-FLOPs come from torch's own flop formulas (matmul, conv, attention; elementwise ops count 0,
-which is right for the floor: they are bound by bytes). Bytes are the fewest any version
-must move: each input read once, each output written once. Peaks are datasheet numbers,
-dense (not the 2:4-sparsity figures the datasheets print first); measure the real ceilings
-on the device when a number matters (METHOD.md) and pass your own DevicePeaks.
+Two floors, for two different uses:
+  * the reference floor, max(FLOPs / peak, bytes / bandwidth), counts the work the reference
+    does: torch's own flop formulas (matmul, conv, attention; elementwise ops count 0, which is
+    right: they are bound by bytes) and every input read once, every output written once.
+    A correct kernel may do far less than that (a diagonal or triangular operand, a rank-1
+    factor, a mask that zeroes most of the output), so a time under it is a reason to look
+    closer, never proof of a cheat. `floor_ms` / `reference_floor_ms`.
+  * the output floor, output bytes / bandwidth: whatever the structure, a correct kernel
+    writes its output at least once. Nothing from FLOPs or inputs, which a kernel may skip.
+    A time under it is impossible for any correct kernel. `output_floor_ms`.
+Peaks are datasheet numbers, dense (not the 2:4-sparsity figures the datasheets print first);
+measure the real ceilings on the device when a number matters (METHOD.md) and pass your own
+DevicePeaks.
 """
 
 from __future__ import annotations
@@ -195,20 +203,31 @@ def _tensors(value: Any) -> Iterable[torch.Tensor]:
             yield from _tensors(item)
 
 
+def _side_bytes(side: Any) -> int:
+    """Bytes of the tensors in one side (inputs or outputs), a tensor object listed twice counted once."""
+    total = 0
+    seen: set[int] = set()
+    for tensor in _tensors(side):
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
 def count_bytes(inputs: Any, outputs: Any) -> int:
-    """Fewest bytes any version must move: each input tensor read once, each output written once.
+    """Bytes the reference moves at the least: each input tensor read once, each output written once.
 
     Tensors are found recursively in tuples, lists and dict values; anything else (ints,
     floats, None) moves no device bytes. A tensor object listed twice on one side counts once.
+    A structured kernel may skip inputs (the zero half of a triangular operand): this is the
+    reference's count, not a bound on every correct kernel; `count_output_bytes` is that.
     """
-    total = 0
-    for side in (inputs, outputs):
-        seen: set[int] = set()
-        for tensor in _tensors(side):
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
-                total += tensor.numel() * tensor.element_size()
-    return total
+    return _side_bytes(inputs) + _side_bytes(outputs)
+
+
+def count_output_bytes(outputs: Any) -> int:
+    """Bytes every correct kernel must write: each output tensor once (found as in count_bytes)."""
+    return _side_bytes(outputs)
 
 
 def floor_parts_ms(flops: int, bytes_moved: int, peaks: DevicePeaks, peak_key: str) -> tuple[float, float]:
@@ -221,12 +240,40 @@ def floor_parts_ms(flops: int, bytes_moved: int, peaks: DevicePeaks, peak_key: s
 
 
 def floor_ms(flops: int, bytes_moved: int, peaks: DevicePeaks, dtype: str) -> float:
-    """The roofline floor in ms: max(flops / peak[dtype], bytes / bandwidth). dtype: one of PEAK_KEYS."""
+    """The roofline floor in ms: max(flops / peak[dtype], bytes / bandwidth). dtype: one of PEAK_KEYS.
+
+    With the reference's FLOPs and bytes this is the reference floor: the least time the
+    reference's own work takes, not a bound on a kernel that does less (see output_floor_ms).
+    """
     return max(floor_parts_ms(flops, bytes_moved, peaks, dtype))
 
 
+def reference_floor_ms(flops: int, bytes_moved: int, peaks: DevicePeaks, dtype: str) -> float:
+    """The floor of the reference's work (its FLOPs, its bytes): floor_ms under the name that says so.
+
+    A time under it means the kernel does less work than the reference (or the timing is off):
+    a reason for more scrutiny, not a verdict.
+    """
+    return floor_ms(flops, bytes_moved, peaks, dtype)
+
+
+def output_floor_ms(output_bytes: int, peaks: DevicePeaks) -> float:
+    """The least time any correct kernel takes: writing its output once at the memory bandwidth.
+
+    Nothing from FLOPs or input bytes, which a kernel exploiting structure may skip. A time
+    under this is not real (within the datasheet bandwidth's accuracy).
+    """
+    if output_bytes < 0:
+        raise RooflineError(f"output bytes must be >= 0, got {output_bytes}")
+    return output_bytes / (peaks.memory_gb_per_s * _BYTES_PER_GBPS_MS)
+
+
 def roofline_position(measured_ms: float, floor_ms: float) -> float:
-    """Percent of the roofline limit reached: 100 * floor / measured. Above 100 is faster than possible."""
+    """Percent of the roofline limit reached: 100 * floor / measured.
+
+    Against the reference floor, above 100 means the kernel does less work than the reference
+    (or the timing is not real); against the output floor, above 100 is impossible.
+    """
     if not measured_ms > 0:
         raise RooflineError(f"measured_ms must be > 0, got {measured_ms!r}")
     if floor_ms < 0:
