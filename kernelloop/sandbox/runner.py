@@ -29,6 +29,7 @@ from pathlib import Path
 import kernelloop
 from kernelloop.sandbox.isolation import (INPUTS_DIR, ChildLimits, bubblewrap_argv, child_limits, choose_mode,
                                           sandbox_mounts, visible)
+from kernelloop.sandbox.safe_io import read_tail
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on
 PRELOAD_ENV = "KERNELLOOP_PRELOAD"  # passed through: 0 leaves the job module's preloads to each child
@@ -65,16 +66,19 @@ class JobOutcome:
     ended_at: float = 0.0  # wall clock (time.time) when the parent learnt the job ended
 
 
+def cache_env(cache_dir: Path) -> dict[str, str]:
+    """Where compilers (Triton, torch extensions, inductor) and anything using HOME keep their files."""
+    return {"HOME": str(cache_dir), "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+            "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"), "XDG_CACHE_HOME": str(cache_dir / "xdg")}
+
+
 def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k in ENV_ALLOWLIST and not any(marker in k.upper() for marker in SECRET_MARKERS)}
     package_root = str(Path(kernelloop.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-    env["HOME"] = str(cache_dir)
-    env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
-    env["TORCH_EXTENSIONS_DIR"] = str(cache_dir / "torch_extensions")
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
-    env["XDG_CACHE_HOME"] = str(cache_dir / "xdg")
+    env.update(cache_env(cache_dir))
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[DEVICE_ENV] = device  # the job module may preload what this device's jobs need
@@ -91,17 +95,6 @@ def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None) -> 
     return env
 
 
-def _tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
-    """The end of a captured stream, cut to `limit` bytes so a 100 MB print costs nothing."""
-    if not path.exists():
-        return ""
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        handle.seek(max(0, size - limit))
-        text = handle.read().decode("utf-8", "replace")
-    return (f"[... {size - limit} bytes cut ...]\n" if size > limit else "") + text
-
-
 class Zygote:
     """A warm process that has imported `job_module` (and so torch, triton) and forks a child per job.
 
@@ -110,14 +103,17 @@ class Zygote:
     limits: the children's resource limits (None: from each run's timeouts). standby: fork and
     prepare each job's child ahead, while idle (zygote.py); off only to measure what it saves.
     cache_dir: the jobs' compile caches (Triton, inductor, extensions; default WORK_DIR/cache),
-    which workers of one host may share. read_only: dirs the jobs may read but not write, where
-    bubblewrap works (the parent's reference outputs).
+    which workers of one host may share. per_job_cache: each job gets its own caches in its job
+    dir instead, so nothing one job compiles or writes there can reach the next (candidates).
+    read_only: dirs the jobs may read but not write, where bubblewrap works.
     """
 
     def __init__(self, job_module: str, device: str, work_dir: Path, gpu_index: int | None = None,
                  hide: Sequence[Path] = (), isolation: str | None = None, limits: ChildLimits | None = None,
-                 standby: bool = True, cache_dir: Path | None = None, read_only: Sequence[Path] = ()):
+                 standby: bool = True, cache_dir: Path | None = None, read_only: Sequence[Path] = (),
+                 per_job_cache: bool = False):
         self.device = device
+        self.per_job_cache = per_job_cache
         self.work_dir = Path(work_dir).resolve()
         self.cache_dir = Path(cache_dir).resolve() if cache_dir else self.work_dir / "cache"
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +138,7 @@ class Zygote:
         hello = self._read_message(timeout_s=300)
         if hello is None or not hello.get("ready"):
             self.close()
-            last = _tail(self.work_dir / "zygote.log", 300).strip().splitlines()
+            last = read_tail(self.work_dir / "zygote.log", 300).strip().splitlines()
             raise SandboxError(f"the sandbox worker did not start ({self.mode}"
                                f"{': ' + last[-1] if last else ''}); see {self.work_dir / 'zygote.log'}")
         self.start_s = time.perf_counter() - started
@@ -173,7 +169,16 @@ class Zygote:
         return self.proc.poll() is None
 
     def run(self, job: dict, job_dir: Path, compile_timeout_s: float, run_timeout_s: float) -> JobOutcome:
-        """Run one job in a fresh child. Compile and run phases have their own timeouts."""
+        """Run one job in a fresh child to its end (a job that reports one result and exits)."""
+        session = self.start(job, job_dir, compile_timeout_s, run_timeout_s)
+        while session.receive() is not None:
+            pass
+        return session.finish()
+
+    def start(self, job: dict, job_dir: Path, compile_timeout_s: float, run_timeout_s: float,
+              phases: Sequence[str] = ()) -> JobSession:
+        """Start one job in a fresh child and return the parent's side of it: messages both ways,
+        forward-only phases (`phases`, after "compile"), the timeouts, and at the end its outcome."""
         if not self.alive():
             raise SandboxError("the sandbox worker has exited")
         if self.mounts and self.work_dir not in Path(job_dir).resolve().parents:
@@ -181,6 +186,8 @@ class Zygote:
         job_dir.mkdir(parents=True, exist_ok=True)
         limits = self.limits or child_limits(compile_timeout_s, run_timeout_s)
         job = {**self._stage_inputs(job), "job_dir": str(job_dir), "limits": limits.as_job()}
+        if self.per_job_cache:
+            job["env"] = cache_env(job_dir / "cache")
         started = time.monotonic()
         try:
             self._send(job)
@@ -191,44 +198,20 @@ class Zygote:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=1)
         if forked is None and not self.alive():  # died as the job began: the job's doing, reported as its crash
-            return self._outcome(None, False, "compile", started, job_dir,
-                                 ["the sandbox worker died as the job started"])
+            return JobSession(self, None, job_dir, started, compile_timeout_s, run_timeout_s, phases,
+                              ended=self._outcome(None, False, "compile", started, job_dir,
+                                                  ["the sandbox worker died as the job started"]))
         if forked is None:
             raise SandboxError("the sandbox worker did not fork a child")
-        pid = forked["pid"]
-        phase_file = job_dir / "phase"
-        timed_out, phase, phase_started = False, "compile", started
-        while True:
-            message = self._read_message(timeout_s=PHASE_POLL_S)
-            if message is not None:
-                exit_code = message["exit"]
-                break
-            if not self.alive():  # the candidate killed its parent: end its group, report, restart later
-                self._kill_group(pid)
-                return self._outcome(None, False, phase, started, job_dir,
-                                     ["the sandbox worker died while the job ran"])
-            current = phase_file.read_text() if phase_file.exists() else phase
-            if current != phase:
-                phase, phase_started = current, time.monotonic()
-            limit = compile_timeout_s if phase == "compile" else run_timeout_s
-            if time.monotonic() - phase_started > limit:
-                timed_out = True
-                self._kill_group(pid)
-                message = self._read_message(timeout_s=KILL_WAIT_S)
-                if message is None and self.own_pid_namespace:  # a zygote that can't kill: take the sandbox down
-                    self._kill_sandbox()
-                exit_code = message["exit"] if message else None
-                break
-        result_file = job_dir / "result.json"
-        result = json.loads(result_file.read_text()) if result_file.exists() and not timed_out else None
-        return self._outcome(exit_code, timed_out, phase, started, job_dir, [], result)
+        return JobSession(self, forked["pid"], job_dir, started, compile_timeout_s, run_timeout_s, phases)
 
     @staticmethod
     def _outcome(exit_code: int | None, timed_out: bool, phase: str, started: float, job_dir: Path,
                  notes: list[str], result: dict | None = None) -> JobOutcome:
         return JobOutcome(exit_code=exit_code, timed_out=timed_out, phase=phase, elapsed_s=time.monotonic() - started,
-                          result=result, stdout_tail=_tail(job_dir / "stdout.txt"),
-                          stderr_tail=_tail(job_dir / "stderr.txt"), job_dir=job_dir, notes=notes, ended_at=time.time())
+                          result=result, stdout_tail=read_tail(job_dir / "stdout.txt", OUTPUT_TAIL_BYTES),
+                          stderr_tail=read_tail(job_dir / "stderr.txt", OUTPUT_TAIL_BYTES), job_dir=job_dir,
+                          notes=notes, ended_at=time.time())
 
     def _send(self, message: dict) -> None:
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
@@ -282,6 +265,146 @@ class Zygote:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
+
+
+class JobSession:
+    """One running job as the parent sees it.
+
+    `receive()` returns the child's next message (a dict; phase marks are kept here, not
+    returned), or None once the job has ended: it exited, or a phase overran its limit (then its
+    process group is killed). Phases only move forward through "compile", then `phases`, in that
+    order: the job may mark only the first move (its first call done, out of "compile"); the
+    parent moves it on as it asks for more (`advance`), so a job can neither restart its clock
+    nor jump to a phase with a longer limit. Only time
+    the parent spends waiting on the child counts against a phase, and all of it together against
+    the job's hard cap (compile + run limits). `finish()` ends the job and returns its outcome;
+    the outcome's `result` is the last `{"result": ...}` the child sent."""
+
+    def __init__(self, zygote: Zygote, pid: int | None, job_dir: Path, started: float, compile_timeout_s: float,
+                 run_timeout_s: float, phases: Sequence[str] = (), ended: JobOutcome | None = None):
+        self.zygote, self.pid, self.job_dir, self.started = zygote, pid, job_dir, started
+        self.compile_timeout_s, self.run_timeout_s = compile_timeout_s, run_timeout_s
+        self.order = ["compile", *phases]
+        self.phase, self.phase_waited_s, self.waited_s = "compile", 0.0, 0.0
+        self.result: dict | None = None
+        self.notes: list[str] = []
+        self.exit_code: int | None = None
+        self.timed_out = False
+        self.outcome = ended
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None or self.exit_code is not None or self.timed_out
+
+    def _limit_left(self) -> float:
+        limit = self.compile_timeout_s if self.phase == "compile" else self.run_timeout_s
+        hard_cap = self.compile_timeout_s + self.run_timeout_s
+        return min(limit - self.phase_waited_s, hard_cap - self.waited_s)
+
+    def restart_clock(self) -> None:
+        """For a trusted job that serves many requests (the reference job): each request gets the
+        whole limit. Never called for a candidate's job, whose clock only runs forward."""
+        self.phase_waited_s = self.waited_s = 0.0
+
+    def send(self, message: dict) -> bool:
+        """A message to the job; False when it has ended (nothing is sent then)."""
+        if self.ended:
+            return False
+        try:
+            self.zygote._send({"to_job": message})
+        except BrokenPipeError:
+            self.notes.append("the sandbox worker died while the job ran")
+            self.exit_code = self.exit_code if self.exit_code is not None else -signal.SIGKILL
+            return False
+        return True
+
+    def receive(self) -> dict | None:
+        while not self.ended:
+            left = self._limit_left()
+            if left <= 0:
+                self._time_out()
+                return None
+            waited = time.monotonic()
+            message = self.zygote._read_message(timeout_s=min(left, PHASE_POLL_S * 20))
+            spent = time.monotonic() - waited
+            self.phase_waited_s += spent
+            self.waited_s += spent
+            if message is None:
+                if not self.zygote.alive():  # the candidate killed its parent: end its group, report, restart later
+                    self.zygote._kill_group(self.pid)
+                    self.notes.append("the sandbox worker died while the job ran")
+                    self.exit_code = -signal.SIGKILL
+                continue
+            if "exit" in message:
+                self.exit_code = message["exit"]
+                return None
+            parsed = _parse_job_line(message.get("msg"))
+            if parsed is None:
+                continue
+            if "phase" in parsed:
+                if self.phase == "compile" and len(self.order) > 1 and parsed["phase"] == self.order[1]:
+                    self.advance(self.order[1])
+            elif "result" in parsed:
+                self.result = parsed["result"] if isinstance(parsed["result"], dict) else None
+            else:
+                return parsed
+        return None
+
+    def advance(self, phase: str) -> None:
+        """Move to a later phase (its limit starts now); an earlier or unknown one is ignored."""
+        if phase in self.order and self.order.index(phase) > self.order.index(self.phase):
+            self.phase, self.phase_waited_s = phase, 0.0
+
+    def _time_out(self) -> None:
+        self.timed_out = True
+        self.zygote._kill_group(self.pid)
+        message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
+        while message is not None and "exit" not in message:  # the job's last lines, still being relayed
+            message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
+        if message is None and self.zygote.own_pid_namespace:  # a zygote that can't kill: take the sandbox down
+            self.zygote._kill_sandbox()
+        self.exit_code = message["exit"] if message else None
+
+    def finish(self, wait_s: float = 0.0) -> JobOutcome:
+        """End the job and return what happened: wait up to `wait_s` for its result (after the
+        parent told it it is done), then kill what is left of it."""
+        if self.outcome is not None:
+            return self.outcome
+        deadline = time.monotonic() + wait_s
+        while not self.ended and self.result is None and (left := deadline - time.monotonic()) > 0:
+            message = self.zygote._read_message(timeout_s=left)
+            if message is None:
+                break
+            if "exit" in message:
+                self.exit_code = message["exit"]
+            else:
+                parsed = _parse_job_line(message.get("msg"))
+                if parsed is not None and isinstance(parsed.get("result"), dict):
+                    self.result = parsed["result"]
+        if not self.ended:
+            self.zygote._kill_group(self.pid)
+            message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
+            while message is not None and "exit" not in message:  # lines it wrote before it died: dropped
+                message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
+            if message is None and self.zygote.own_pid_namespace:
+                self.zygote._kill_sandbox()
+            self.exit_code = message["exit"] if message else None
+        result = None if self.timed_out else self.result
+        self.outcome = self.zygote._outcome(self.exit_code, self.timed_out, self.phase, self.started, self.job_dir,
+                                            self.notes, result)
+        return self.outcome
+
+
+def _parse_job_line(line: object) -> dict | None:
+    """A line the job sent, if it is a JSON object; anything else is dropped (the candidate shares
+    the job's process and may write what it likes on the channel)."""
+    if not isinstance(line, str):
+        return None
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def new_job_dir(root: Path, prefix: str) -> Path:

@@ -14,7 +14,14 @@ job. Nothing overlaps a running job: the standby is forked only after the last c
 Protocol: one JSON job per line on stdin; for each job it answers `{"pid": N}` once a child has
 it and `{"exit": code}` once the child is reaped (a negative code is the signal that killed it).
 While a job runs the parent may send `{"kill": N}`: the zygote SIGKILLs that child's process
-group (the parent can't, when the zygote runs in its own pid namespace). Whatever a child leaves
+group (the parent can't, when the zygote runs in its own pid namespace).
+
+The job's channel: every child gets two pipes the zygote made before it forked, so nothing in
+the job dir (which the candidate can swap for a symlink or a FIFO) carries a message. The
+child's lines on its `up` pipe reach the parent as `{"msg": LINE}` (the raw text, at most
+MAX_MESSAGE_BYTES: the parent parses it, since candidate code shares the child's fds); the
+parent's `{"to_job": OBJ}` goes to the child's `down` pipe as one JSON line. A child that floods
+its pipe, or leaves the parent's message unread, is killed. Whatever a child leaves
 behind is killed when it exits, before the exit is reported: its process group, and any process
 that left the group (a daemon: fork, setsid, fork), which the zygote, a child subreaper, inherits.
 So nothing of a job can still touch its files while the parent reads them. Stdin closing (the
@@ -41,6 +48,7 @@ PR_SET_CHILD_SUBREAPER = 36  # prctl option: orphaned descendants become this pr
 ORPHAN_ROUNDS = 64
 # The most a job waits for its standby's prepare(); the parent gives up on a fork after 60 s.
 READY_TIMEOUT_S = 30.0
+MAX_MESSAGE_BYTES = 1 << 20  # one line from a job; a longer one is a flood, and the job is killed
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -50,21 +58,30 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(70)
 
 
-def _detach(protocol_fd: int, parent_pid: int) -> None:
+def _detach(parent_pid: int, keep: tuple[int, ...]) -> None:
     """First steps of every forked child: its own process group (the parent kills the whole group
-    on timeout), death with the zygote, and none of the zygote's protocol fds."""
+    on timeout), death with the zygote, and none of the zygote's fds but stdout/stderr and `keep`:
+    a pipe a library opened in the zygote would otherwise be shared by every job, so one job could
+    write into what the next one reads."""
     os.setsid()
     _die_with_parent(parent_pid)
-    os.close(protocol_fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the zygote's stdin carries the parent's messages: never the child's to read
+    for fd in _open_fds():
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
-def _standby(job_fd: int, ready_fd: int, protocol_fd: int, prepare, run_job, parent_pid: int) -> None:
+def _open_fds() -> list[int]:
+    return [int(name) for name in os.listdir("/proc/self/fd") if name.isdigit()]
+
+
+def _standby(job_fd: int, ready_fd: int, prepare, run_job, parent_pid: int, channel_fds: tuple[int, int]) -> None:
     """In a standby child: prepare, say so on `ready_fd`, then wait for one job on `job_fd` and run
-    it. Never returns."""
+    it (the job names the child's channel fds). Never returns."""
     try:
-        _detach(protocol_fd, parent_pid)
+        _detach(parent_pid, keep=(job_fd, ready_fd, *channel_fds))
         if prepare is not None:
             try:
                 prepare()
@@ -93,7 +110,9 @@ def _child(job: dict, run_job) -> None:
         for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
             out = os.open(os.path.join(job_dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(out, fd)
+            os.close(out)
         os.environ["TMPDIR"] = scratch
+        os.environ.update(job.get("env") or {})  # e.g. its own compile caches
         apply_child_limits(job.get("limits"), job.get("memory_limit_bytes"))
         code = run_job(job)
     except BaseException:  # noqa: BLE001 - the child reports through result.json and its exit code
@@ -182,19 +201,25 @@ def _write_all(fd: int, data: bytes) -> bool:
 
 
 class _Standby:
-    """The next job's child, forked ahead; it says when prepare() is done, then takes one job."""
+    """The next job's child, forked ahead; it says when prepare() is done, then takes one job.
+    `up_fd` (read) and `down_fd` (write) are the zygote's ends of the job's channel."""
 
-    def __init__(self, protocol_fd: int, prepare, run_job):
+    def __init__(self, prepare, run_job):
         job_read, self._job_fd = os.pipe()
         self._ready_fd, ready_write = os.pipe()
+        self.up_fd, up_write = os.pipe()
+        down_read, self.down_fd = os.pipe()
+        self._child_fds = (down_read, up_write)
         zygote_pid = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:
-            os.close(self._job_fd)
-            os.close(self._ready_fd)
-            _standby(job_read, ready_write, protocol_fd, prepare, run_job, zygote_pid)
-        os.close(job_read)
-        os.close(ready_write)
+            for fd in (self._job_fd, self._ready_fd, self.up_fd, self.down_fd):
+                os.close(fd)
+            _standby(job_read, ready_write, prepare, run_job, zygote_pid, self._child_fds)
+        for fd in (job_read, ready_write, down_read, up_write):
+            os.close(fd)
+        os.set_blocking(self.up_fd, False)
+        os.set_blocking(self.down_fd, False)
 
     def take(self, job: dict) -> bool:
         """Hand it the job once it is prepared; False (it is ended and reaped) when it died in
@@ -202,10 +227,12 @@ class _Standby:
         ready, _, _ = select.select([self._ready_fd], [], [], READY_TIMEOUT_S)
         prepared = bool(ready) and os.read(self._ready_fd, 1) == b"1"  # b"": it died first
         os.close(self._ready_fd)
+        job = {**job, "channel_fds": list(self._child_fds)}  # the same numbers in the forked child
         handed = prepared and _write_all(self._job_fd, (json.dumps(job) + "\n").encode())
         os.close(self._job_fd)
         if not handed:
             self._end()
+            self.close_channel()
         return handed
 
     def dismiss(self) -> None:
@@ -213,6 +240,12 @@ class _Standby:
         os.close(self._ready_fd)
         os.close(self._job_fd)
         self._end()
+        self.close_channel()
+
+    def close_channel(self) -> None:
+        for fd in (self.up_fd, self.down_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _end(self) -> None:
         _kill_group(self.pid)
@@ -221,27 +254,79 @@ class _Standby:
         os.waitpid(self.pid, 0)
 
 
-def _wait_for_child(pid: int, lines: _Lines) -> int:
-    """Wait for the job's child, obeying `{"kill": pid}` meanwhile; stdin closing kills it.
-    Returns its exit code (negative: the signal)."""
+class _Relay:
+    """The zygote's side of one job's channel: the child's lines up to the parent, the parent's
+    messages down to the child. Both ends are non-blocking: a job can stall neither the zygote
+    nor, through it, the parent."""
+
+    def __init__(self, standby: _Standby, protocol):
+        self.up_fd, self.down_fd, self.protocol = standby.up_fd, standby.down_fd, protocol
+        self.up_open = True
+        self._buffer = b""
+
+    def pump_up(self) -> bool:
+        """Forward the child's complete lines; False when it floods (a line over MAX_MESSAGE_BYTES)."""
+        while self.up_open:
+            try:
+                chunk = os.read(self.up_fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.up_open = False
+                break
+            self._buffer += chunk
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                if line.strip():
+                    self.protocol.write(json.dumps({"msg": line.decode("utf-8", "replace")}) + "\n")
+            if len(self._buffer) > MAX_MESSAGE_BYTES:
+                return False
+        return True
+
+    def send_down(self, message) -> bool:
+        """One line to the child; False when it can't take it (its pipe is full or closed)."""
+        data = (json.dumps(message) + "\n").encode()
+        try:
+            return os.write(self.down_fd, data) == len(data)
+        except (BlockingIOError, BrokenPipeError):
+            return False
+
+    def close(self) -> None:
+        for fd in (self.up_fd, self.down_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _wait_for_child(pid: int, lines: _Lines, relay: _Relay) -> int:
+    """Wait for the job's child, relaying its channel and obeying `{"kill": pid}` meanwhile;
+    stdin closing kills it. Returns its exit code (negative: the signal)."""
     pidfd = os.pidfd_open(pid)
     try:
         while True:
             while (line := lines.pending()) is not None:
-                if line.strip() and json.loads(line).get("kill") == pid:
+                message = json.loads(line) if line.strip() else {}
+                if message.get("kill") == pid:
                     _kill_group(pid)
+                elif "to_job" in message and not relay.send_down(message["to_job"]):
+                    _kill_group(pid)  # it does not read what it is sent: not a job that follows the protocol
             if lines.closed:
                 _kill_group(pid)
-            ready, _, _ = select.select([pidfd] + ([] if lines.closed else [lines.fd]), [], [])
+            watched = [pidfd] + ([] if lines.closed else [lines.fd]) + ([relay.up_fd] if relay.up_open else [])
+            ready, _, _ = select.select(watched, [], [])
+            if relay.up_fd in ready and not relay.pump_up():
+                _kill_group(pid)
             if pidfd in ready:
                 # Still a zombie, so its pid can't have been reused: end what it left in its group, then reap.
                 _kill_group(pid)
                 _, status = os.waitpid(pid, 0)
                 _end_orphans()
+                relay.pump_up()  # its last lines, written before it exited
                 return os.waitstatus_to_exitcode(status)
-            lines.fill()
+            if lines.fd in ready:
+                lines.fill()
     finally:
         os.close(pidfd)
+        relay.close()
 
 
 def main() -> None:
@@ -265,24 +350,24 @@ def main() -> None:
     prepare = getattr(module, "prepare", None)
     # --no-standby: each job's child is forked (and prepared) only once the job has come.
     ahead = "--no-standby" not in sys.argv[2:]
-    standby = _Standby(protocol_fd, prepare, module.run_job) if ahead else None
+    standby = _Standby(prepare, module.run_job) if ahead else None
     while (line := lines.next()) is not None:
         job = json.loads(line) if line.strip() else {}
         if "kind" not in job:  # a blank line, or a kill that came after its job ended
             continue
         if standby is None:
-            standby = _Standby(protocol_fd, prepare, module.run_job)
+            standby = _Standby(prepare, module.run_job)
         if not standby.take(job):  # prepare() crashed or hung: this job gets a child that skips it
-            standby = _Standby(protocol_fd, None, module.run_job)
+            standby = _Standby(None, module.run_job)
             standby.take(job)
-        pid, standby = standby.pid, None
+        pid, relay, standby = standby.pid, _Relay(standby, protocol), None
         protocol.write(json.dumps({"pid": pid}) + "\n")
-        code = _wait_for_child(pid, lines)
+        code = _wait_for_child(pid, lines, relay)
         if lines.closed:  # the parent is gone: nobody to tell
             return
         protocol.write(json.dumps({"exit": code}) + "\n")
         if ahead:
-            standby = _Standby(protocol_fd, prepare, module.run_job)  # prepares while the parent judges
+            standby = _Standby(prepare, module.run_job)  # prepares while the parent judges
     if standby is not None:
         standby.dismiss()
 

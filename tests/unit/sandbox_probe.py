@@ -1,7 +1,7 @@
 """A sandbox job for tests/unit/test_isolation.py: it tries what a hostile candidate would and
 writes down what happened, so the test can tell what the sandbox let through.
 
-job["actions"]: {label: [action, argument]}, run in order; result.json maps each label to
+job["actions"]: {label: [action, argument]}, run in order; the reported result maps each label to
 "ok: <what it got>" or "<ExceptionType>: <message>". Needs no torch: the zygote starts fast.
 """
 
@@ -13,6 +13,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+from kernelloop.sandbox.channel import Channel
 
 
 def _connect(port: int) -> str:
@@ -68,5 +70,5 @@ def run_job(job: dict) -> int:
             results[label] = f"ok: {ACTIONS[name](argument, job)}"
         except Exception as exc:  # the point of the probe: record what the sandbox refused
             results[label] = f"{type(exc).__name__}: {exc}"
-    Path(job["job_dir"], "result.json").write_text(json.dumps(results))
+    Channel.from_job(job).result(results)
     return 0

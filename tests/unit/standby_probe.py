@@ -12,6 +12,8 @@ import os
 import time
 from pathlib import Path
 
+from kernelloop.sandbox.channel import Channel
+
 PREPARED: dict = {}
 
 
@@ -23,5 +25,5 @@ def prepare() -> None:
 
 def run_job(job: dict) -> int:
     result = {"pid": os.getpid(), "prepared": PREPARED, "started_at": time.time()}
-    Path(job["job_dir"], "result.json").write_text(json.dumps(result))
+    Channel.from_job(job).result(result)
     return 0

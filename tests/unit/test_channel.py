@@ -1,0 +1,146 @@
+"""The job's channel and what the parent reads: a job can't restart its clock, flood the relay,
+confuse the parser, or swap the files the parent opens."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kernelloop.sandbox.runner import Zygote, new_job_dir
+from kernelloop.sandbox.safe_io import UnsafeFileError, open_bounded, read_bounded, read_tail
+
+PROBE_MODULE = "tests.unit.channel_probe"
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    work = tmp_path_factory.mktemp("channel")
+    with_zygote = Zygote(PROBE_MODULE, "cpu", work / "verifier" / "cpu", hide=[work], standby=False, per_job_cache=True)
+    yield with_zygote
+    with_zygote.close()
+
+
+def start(zygote: Zygote, behaviour: str, limit_s: float = 10.0):
+    job_dir = new_job_dir(zygote.work_dir / "jobs", f"{behaviour}-")
+    return zygote.start({"kind": "probe", "behaviour": behaviour}, job_dir, limit_s, limit_s, phases=("trials", "timing"))
+
+
+def test_messages_go_both_ways_and_the_result_comes_last(zygote):
+    session = start(zygote, "echo")
+    for number in range(3):
+        assert session.send({"ping": number})
+        assert session.receive() == {"echo": {"ping": number}}
+    assert session.phase == "trials"
+    session.send({"done": {}})
+    outcome = session.finish(wait_s=10)
+    assert outcome.result["echoed"] is True and not outcome.timed_out
+
+
+def test_phases_only_move_forward_so_a_job_cannot_restart_its_clock(zygote):
+    session = start(zygote, "backward_phases", limit_s=1.5)
+    assert session.receive() is None
+    outcome = session.finish()
+    assert outcome.timed_out and outcome.phase == "trials"
+    # one phase limit after the move to "trials", and under the hard cap of both limits together
+    assert outcome.elapsed_s < 3.0 + 1.0
+
+
+def test_a_job_cannot_jump_to_a_later_phase_only_the_parent_moves_it_on(zygote):
+    jumper = start(zygote, "jump", limit_s=1.0)
+    assert jumper.receive() is None
+    assert jumper.finish().timed_out and jumper.phase == "compile"
+    session = start(zygote, "echo")
+    session.send({"phase": "timing"})  # echoed back up as a message: not a phase mark
+    assert session.receive() == {"echo": {"phase": "timing"}} and session.phase == "trials"
+    session.advance("timing")
+    session.advance("trials")  # backward: ignored
+    assert session.phase == "timing"
+    session.send({"done": {}})
+    assert session.finish(wait_s=10).result["echoed"] is True
+
+
+def test_a_flood_on_the_channel_kills_the_job_not_the_zygote(zygote):
+    session = start(zygote, "flood")
+    assert session.receive() is None
+    outcome = session.finish()
+    assert not outcome.timed_out and outcome.exit_code is not None and outcome.exit_code < 0
+    assert zygote.alive()
+    follow_up = start(zygote, "garbage")
+    assert follow_up.receive() is None  # nothing but garbage and its result
+    assert follow_up.finish().result == {"after": "garbage"}
+
+
+def test_lines_that_are_not_json_objects_are_dropped(zygote):
+    session = start(zygote, "garbage")
+    assert session.receive() is None
+    outcome = session.finish()
+    assert outcome.result == {"after": "garbage"}  # {"result": 5} was no result: not an object
+
+
+def test_a_job_inherits_no_descriptor_of_the_zygote_but_its_channel(zygote):
+    """A pipe a library opened in the zygote would be shared by every job after it."""
+    session = start(zygote, "fds")
+    assert session.receive() is None
+    report = session.finish().result
+    # stdin/stdout/stderr, the channel, and the fd listdir itself had open while it looked
+    assert len(set(report["fds"]) - {0, 1, 2, *report["channel"]}) <= 1, report
+
+
+def test_each_job_has_its_own_compile_cache(zygote):
+    first = start(zygote, "cache")
+    assert first.receive() is None
+    planted = first.finish().result
+    second = start(zygote, "cache")
+    assert second.receive() is None
+    seen = second.finish().result
+    assert planted["found"] is False and seen["found"] is False, "a job saw what an earlier one left in its cache"
+    assert planted["home"] != seen["home"]
+
+
+# --------------------------------------------------------------------------- safe_io
+
+
+def test_a_symlink_is_never_followed(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("sk-SECRET")
+    link = tmp_path / "stderr.txt"
+    link.symlink_to(secret)
+    assert "sk-SECRET" not in read_tail(link, 100) and "not a regular file" in read_tail(link, 100)
+    with pytest.raises(UnsafeFileError, match="not a regular file"):
+        read_bounded(link, 100)
+
+
+def test_a_named_pipe_never_blocks_the_reader(tmp_path):
+    fifo = tmp_path / "trials.pt"
+    os.mkfifo(fifo)
+    with pytest.raises(UnsafeFileError, match="named pipe"):
+        read_bounded(fifo, 100)
+    assert "named pipe" in read_tail(fifo, 100)
+
+
+def test_a_directory_or_an_oversized_file_is_refused(tmp_path):
+    (tmp_path / "result.json").mkdir()
+    with pytest.raises(UnsafeFileError, match="directory"):
+        read_bounded(tmp_path / "result.json", 100)
+    big = tmp_path / "outputs.pt"
+    big.write_bytes(b"x" * 1000)
+    with pytest.raises(UnsafeFileError, match="over the 999"):
+        read_bounded(big, 999)
+    with pytest.raises(UnsafeFileError, match="over the 999"):
+        open_bounded(big, 999)
+    assert read_bounded(big, 1000) == b"x" * 1000
+
+
+def test_a_missing_file_reads_as_nothing_to_the_tail_and_raises_for_data(tmp_path):
+    assert read_tail(tmp_path / "stdout.txt", 100) == ""
+    with pytest.raises(FileNotFoundError):
+        read_bounded(tmp_path / "outputs.pt", 100)
+
+
+def test_the_tail_of_a_large_capture_says_what_was_cut(tmp_path):
+    capture = tmp_path / "stdout.txt"
+    capture.write_text("a" * 5000 + "END")
+    tail = read_tail(capture, 100)
+    assert tail.endswith("END") and "bytes cut" in tail and len(tail) < 200
