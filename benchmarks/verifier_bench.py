@@ -107,7 +107,7 @@ def main() -> None:
                 row["plain_speedup"] = plain_speedup(problem, candidate)
             rows.append(row)
             print(json.dumps(row), flush=True)
-        compared_on = verifier.reference_outputs.device
+        compared_on = verifier.compare_on
     elapsed_s = time.perf_counter() - started
     verified = sum(len(r["fixed_s"]) for r in rows)
     fixed = [f for r in rows for f in r["fixed_s"][1:]] or [f for r in rows for f in r["fixed_s"]]

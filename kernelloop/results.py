@@ -113,6 +113,32 @@ class GpuState(Record):
 
 
 @dataclass
+class Measurement(Record):
+    """Everything the parent gathered while timing one candidate (tools/verify/timing_driver.py),
+    the one record the speed verdict (tools/verify/speed.py) reads. Each field says whose word it
+    is: the trusted job's (no candidate code ran there), the parent's own, or the candidate's
+    claim, which counts only where the parent's observations bear it out."""
+
+    # per callable, raw device times aligned by round: the candidate's two entries are claims,
+    # the baselines' (eager, compile, a problem's own) come from the trusted job
+    samples_ms: dict[str, list[float]]
+    # the parent's clock around back-to-back calls in each child, ended by a device-wide synchronize
+    host_ms_per_call: dict[str, float] = field(default_factory=dict)
+    back_to_back_calls: int = 0
+    parent_block_ms: list[float] = field(default_factory=list)  # the parent's clock around each block of rounds
+    claimed_block_ms: list[float] = field(default_factory=list)  # device time the candidate claims in each block
+    compile_s: dict[str, float] = field(default_factory=dict)  # baselines' compile times (trusted job)
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # the candidate's profile: claims
+    kernel_split: dict[str, Any] = field(default_factory=dict)  # own vs library device time: claims
+    roofline: dict[str, Any] = field(default_factory=dict)  # FLOPs, bytes and floors (trusted job)
+    gpu: GpuState | None = None  # NVML, read by the parent
+    device_name: str | None = None
+    phase_s: dict[str, float] = field(default_factory=dict)  # where timing's wall time went
+
+    _records: ClassVar[dict[str, type]] = {"gpu": GpuState}
+
+
+@dataclass
 class Verdict(Record):
     """What the verifier says about one candidate against one problem."""
 
@@ -137,6 +163,8 @@ class Verdict(Record):
     gpu: GpuState | None = None
     profile: dict[str, Any] | None = None
     cost_s: dict[str, float] = field(default_factory=dict)  # where the verifier's wall time went
+    isolation: str = ""  # the sandbox that judged: "bubblewrap" or "plain" (as far as a plain process allows)
+    speed_source: str = ""  # where `speedup` comes from: "events (confirmed by the parent's clock)" or "parent clock"
 
     _records: ClassVar[dict[str, type]] = {"gpu": GpuState}
     _record_maps: ClassVar[dict[str, type]] = {"timings": TimingStats}

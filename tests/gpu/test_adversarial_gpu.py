@@ -67,3 +67,25 @@ def test_timed_verifier_survives_the_corpus(timed_verifier):
                                     Problem.from_file(PROBLEMS / "relu.py"))
     assert verdict.status is Status.correct, verdict.reason
     assert verdict.speedup is not None, "a correct candidate on CUDA with time_it=True got no speedup"
+
+
+@pytest.fixture(scope="module")
+def unlinted_timed_verifier(tmp_path_factory) -> Iterator:
+    """Timed, with the static rules off: only the trust boundary stands between a forged timer and a speedup."""
+    from kernelloop.tools.verify.verifier import Verifier
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERNELLOOP_API_KEY", SECRET)
+        with Verifier(device="cuda", workspace=tmp_path_factory.mktemp("boundary-gpu"), time_it=True,
+                      static_checks=False, compile_timeout_s=GPU_COMPILE_TIMEOUT_S,
+                      run_timeout_s=GPU_RUN_TIMEOUT_S) as shared:
+            yield shared
+
+
+@pytest.mark.parametrize("path", corpus.boundary_params())
+def test_the_trust_boundary_holds_when_timed(unlinted_timed_verifier, path):
+    verdict = corpus.check_fixture(unlinted_timed_verifier, path, unlinted=True)
+    if corpus.parse_header(path).not_fast:
+        assert verdict.speedup is not None and verdict.speedup < 1.0, (
+            f"{path.name}: a forged timer got a speedup of {verdict.speedup} ({verdict.speed_source}); "
+            f"{verdict.warnings}")

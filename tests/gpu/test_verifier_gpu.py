@@ -114,14 +114,14 @@ WRONG = "y = torch.empty_like(x)\n        launch(x, y)\n        return y * 1.01"
 
 
 def test_the_parent_compares_on_the_gpu_with_the_cpu_verdicts(verifier, relu_problem, tmp_path):
-    """The trusted compare runs on the worker's GPU and keeps the reference there; it judges as
+    """The trusted compare runs on the worker's GPU; it judges as
     the CPU compare does (same verdicts, errors equal to float32 rounding)."""
     with Verifier(device="cuda", workspace=tmp_path, gpu_compare=False, time_it=False) as on_cpu:
         cpu_honest, cpu_wrong = on_cpu.verify(kernel(HONEST), relu_problem), on_cpu.verify(kernel(WRONG), relu_problem)
-        assert on_cpu.reference_outputs.device.type == "cpu"
+        assert on_cpu.compare_on.type == "cpu"
     honest, wrong = verifier.verify(kernel(HONEST), relu_problem), verifier.verify(kernel(WRONG), relu_problem)
-    assert verifier.reference_outputs.device.type == "cuda"
+    assert verifier.compare_on.type == "cuda"
     assert honest.status is cpu_honest.status is Status.correct
     assert wrong.status is cpu_wrong.status is Status.incorrect and wrong.reason.startswith("mismatch")
-    assert wrong.max_abs_err == pytest.approx(cpu_wrong.max_abs_err, rel=1e-6)
-    assert wrong.rel_err == pytest.approx(cpu_wrong.rel_err, rel=1e-4)
+    # Each verification draws its own secret inputs, so the errors agree as the kernel's 1% scale does.
+    assert wrong.rel_err == pytest.approx(0.01, rel=1e-2) and cpu_wrong.rel_err == pytest.approx(0.01, rel=1e-2)

@@ -13,6 +13,9 @@ with a header of comment lines:
     # needs_timing: yes     (only a timed run can catch it; left to tests/gpu/test_adversarial_gpu.py)
     # expect_cpu: / reason_cpu:  what the CPU (Triton interpreter) verdict is where it differs
     # must_not_create: PATH (a file the candidate tries to write; it must not exist afterwards)
+    # unlinted: / unlinted_reason:  the verdict with the static rules OFF: what the trust boundary
+    #         itself decides (the rules are a lint; these fixtures prove the design holds without them)
+    # not_fast: yes   (timed without the rules on a GPU, it must never be reported faster than eager)
     # note: free text (repeatable)
 
 tests/fixtures/honest/ holds controls with the same header (`expect: correct`). All files run
@@ -46,7 +49,8 @@ TEST_PID = os.getpid()
 TEST_PARENT_PID = os.getppid()
 
 REQUIRED_KEYS = ("trick", "problem", "expect", "reason", "gpu_only")
-OPTIONAL_KEYS = ("needs_timing", "expect_cpu", "reason_cpu", "must_not_create", "note")
+OPTIONAL_KEYS = ("needs_timing", "expect_cpu", "reason_cpu", "must_not_create", "unlinted", "unlinted_reason",
+                 "not_fast", "note")
 STATUSES = {status.value for status in Status}
 
 
@@ -68,6 +72,9 @@ class FixtureHeader:
     expect_cpu: Status | None = None
     reasons_cpu: tuple[str, ...] | None = None
     must_not_create: Path | None = None
+    unlinted: tuple[Status, ...] = ()
+    unlinted_reasons: tuple[str, ...] = ()
+    not_fast: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def expected(self, device: str) -> tuple[Status, tuple[str, ...]]:
@@ -130,6 +137,9 @@ def parse_header(path: Path) -> FixtureHeader:
         expect_cpu=_status(fields["expect_cpu"], path) if "expect_cpu" in fields else None,
         reasons_cpu=_reasons(fields["reason_cpu"], path) if "reason_cpu" in fields else None,
         must_not_create=Path(fields["must_not_create"]) if "must_not_create" in fields else None,
+        unlinted=tuple(_status(v.strip(), path) for v in fields.get("unlinted", "").split("|") if v.strip()),
+        unlinted_reasons=_reasons(fields["unlinted_reason"], path) if "unlinted_reason" in fields else (),
+        not_fast=_yes_no(fields.get("not_fast", "no"), "not_fast", path),
         notes=tuple(notes),
     )
 
@@ -151,8 +161,9 @@ def verdict_text(verdict: Verdict) -> str:
     return "\n".join((verdict.reason, verdict.feedback, verdict.stdout_tail, verdict.stderr_tail))
 
 
-def check_fixture(verifier, path: Path) -> None:
-    """Verify one corpus file and assert its promised verdict, no leaked secret, no escaped file."""
+def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
+    """Verify one corpus file and assert its promised verdict, no leaked secret, no escaped file.
+    `unlinted`: the verifier runs without its static rules, and the `unlinted` verdict is the promise."""
     header = parse_header(path)
     if header.must_not_create is not None:
         header.must_not_create.unlink(missing_ok=True)
@@ -161,10 +172,18 @@ def check_fixture(verifier, path: Path) -> None:
     assert SECRET not in verdict_text(verdict), f"{path.name}: the API key leaked into the verdict"
     if header.must_not_create is not None:
         assert not header.must_not_create.exists(), f"{path.name}: the candidate wrote {header.must_not_create}"
-    status, reasons = header.expected(verifier.device)
-    assert verdict.status is status, f"{path.name}: expected {status.value}, got {verdict.status.value}: {verdict.reason}"
+    statuses, reasons = (header.unlinted, header.unlinted_reasons) if unlinted else \
+        ((header.expected(verifier.device)[0],), header.expected(verifier.device)[1])
+    assert verdict.status in statuses, (f"{path.name}: expected {'/'.join(s.value for s in statuses)}, "
+                                        f"got {verdict.status.value}: {verdict.reason}")
     assert any(reason in verdict.reason.lower() for reason in reasons), (
         f"{path.name}: expected reason containing {' or '.join(map(repr, reasons))}, got {verdict.reason!r}")
+    return verdict
+
+
+def boundary_params() -> list:
+    """Fixtures that promise a verdict with the static rules off."""
+    return [pytest.param(path, id=path.stem) for path in corpus_files() if parse_header(path).unlinted]
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +195,19 @@ def verifier(tmp_path_factory) -> Iterator:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KERNELLOOP_API_KEY", SECRET)
         with Verifier(device=device, workspace=tmp_path_factory.mktemp("adversarial"), time_it=False,
+                      compile_timeout_s=CPU_COMPILE_TIMEOUT_S, run_timeout_s=CPU_RUN_TIMEOUT_S) as shared:
+            yield shared
+
+
+@pytest.fixture(scope="module")
+def unlinted_verifier(tmp_path_factory) -> Iterator:
+    """The same, with the static rules off: only the trust boundary stands."""
+    from kernelloop.tools.verify.verifier import Verifier
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERNELLOOP_API_KEY", SECRET)
+        with Verifier(device=device, workspace=tmp_path_factory.mktemp("boundary"), time_it=False, static_checks=False,
                       compile_timeout_s=CPU_COMPILE_TIMEOUT_S, run_timeout_s=CPU_RUN_TIMEOUT_S) as shared:
             yield shared
 
@@ -194,6 +226,11 @@ def test_corpus_is_big_enough_and_well_formed():
 @pytest.mark.parametrize("path", corpus_params(timed=False))
 def test_fixture_gets_its_verdict(verifier, path: Path):
     check_fixture(verifier, path)
+
+
+@pytest.mark.parametrize("path", boundary_params())
+def test_the_trust_boundary_holds_without_the_static_rules(unlinted_verifier, path: Path):
+    check_fixture(unlinted_verifier, path, unlinted=True)
 
 
 def test_verifier_survives_the_corpus(verifier):

@@ -126,7 +126,7 @@ def kill_the_first_running_candidate(jobs_root: Path, verifier: Verifier, killed
     """Watcher thread: SIGKILL the verifier's worker once a candidate job has begun to run."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        running = [d for d in jobs_root.glob("cand-*") if (d / "phase").is_file()]
+        running = [d for d in jobs_root.glob("cand-*") if (d / "stderr.txt").is_file()]  # the child has begun
         if running and verifier._zygote is not None:
             time.sleep(0.3)
             verifier._zygote.proc.kill()  # the zygote (or the bubblewrap around it)

@@ -7,6 +7,7 @@ import textwrap
 import time
 
 import pytest
+import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Status
@@ -162,15 +163,15 @@ class ModelNew(nn.Module):
     assert any("bf16 tl.dot" in w for w in verdict.warnings), verdict.warnings
 
 
-def test_workers_of_one_workspace_share_references_they_cannot_rewrite(problem, tmp_path):
-    """Two workers (as a pool has, one per GPU): the second uses the reference the first computed,
-    running no reference job of its own; the file is read-only and outside both work dirs."""
-    first = Verifier(device="cpu", workspace=tmp_path, time_it=False, gpu_index=0, keep_jobs=True)
-    second = Verifier(device="cpu", workspace=tmp_path, time_it=False, gpu_index=1, keep_jobs=True)
-    with first, second:
-        assert first.verify(candidate(), problem).status is Status.correct
-        assert second.verify(candidate(), problem).status is Status.correct
-        assert list((first.root / "jobs").glob("ref-*")) and not list((second.root / "jobs").glob("ref-*"))
-        (reference,) = first.references_dir.glob("*.pt")
-        assert not reference.stat().st_mode & 0o222 and first.root not in reference.parents
-        assert first.zygote.cache_dir == second.zygote.cache_dir == first.cache_dir
+def test_a_candidate_gets_fresh_secret_inputs_and_never_the_reference_outputs(problem, tmp_path):
+    """Every verification draws its own inputs; the candidate's job dir holds inputs only, and the
+    reference's outputs file is gone (read into the parent) before any candidate code runs."""
+    with Verifier(device="cpu", workspace=tmp_path, time_it=False, keep_jobs=True) as verifier:
+        assert verifier.verify(candidate(), problem).status is Status.correct
+        assert verifier.verify(candidate(), problem).status is Status.correct
+        jobs = sorted((verifier.root / "jobs").glob("cand-*"), key=lambda d: d.stat().st_mtime)
+        given = [torch.load(job / "inputs.pt", weights_only=True) for job in jobs]
+        assert all(set(g) == {"inputs", "init_inputs"} for g in given)
+        assert not torch.equal(given[0]["inputs"][0][0], given[1]["inputs"][0][0]), "two verifications, same inputs"
+        assert not list(verifier.trusted_root.rglob("outputs-*.pt")), "reference outputs left on disk"
+        assert verifier.trusted_root not in verifier.root.parents and verifier.root not in verifier.trusted_root.parents

@@ -1,8 +1,7 @@
-"""GPU measurement inside the verifier's child: timings, profile, roofline inputs, NVML state.
-
-Runs only after the candidate's outputs passed the in-child gate, on CUDA. Returns raw data
-(lists of ms, kernel rows, counts); the parent turns it into statistics and a verdict, so
-nothing here decides anything.
+"""What the trusted job times and counts: the baselines (eager, torch.compile, a problem's own)
+and the roofline inputs of the reference. Raw data only (lists of ms, counts); the parent turns
+it into statistics and a verdict. The candidate is timed by its own child (tools/verify/harness.py),
+driven from the parent (tools/verify/timing_driver.py).
 """
 
 from __future__ import annotations
@@ -14,17 +13,15 @@ from typing import Any
 
 import torch
 
-from kernelloop.tools.profile import gpu, profiler, roofline, timing
-from kernelloop.tools.profile.stopwatch import Stopwatch
+from kernelloop.tools.profile import gpu, roofline, timing
 
 # Names of timed callables. "candidate_again" is the same model timed as a second entry so
 # the noise floor comes from the same rounds as the speedups.
 CANDIDATE, AGAIN, EAGER, COMPILE, AUTOTUNE = "candidate", "candidate_again", "eager", "compile", "compile_max_autotune"
-HOST_CHECK_CALLS = 30
 
 
 def device_sets(input_sets: list[list], device: str) -> list[list]:
-    """Device copies of input sets (the harness keeps the timed ones to reuse after timing)."""
+    """Device copies of input sets."""
     return [[v.to(device) if isinstance(v, torch.Tensor) else v for v in inputs] for inputs in input_sets]
 
 
@@ -64,7 +61,12 @@ def baseline_callables(problem, device: str, sets: list[list], init_seed: int, f
 
 
 def _roofline(eager, sets: list[list]) -> dict[str, Any]:
-    """FLOPs (torch's formulas on the reference) and the fewest bytes any version must move."""
+    """The reference's FLOPs (torch's formulas) and bytes, and the two floors on this GPU.
+
+    floor_ms (also reference_floor_ms): max(compute_floor_ms, memory_floor_ms), the least the
+    reference's own work takes; a kernel that exploits structure may legitimately beat it.
+    output_floor_ms: output_bytes over the bandwidth, the least any correct kernel takes.
+    """
     flops = roofline.count_flops(eager, *sets[0])
     with torch.no_grad():
         outputs = eager(*sets[0])
@@ -72,35 +74,13 @@ def _roofline(eager, sets: list[list]) -> dict[str, Any]:
     dtype = next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
     peaks = roofline.peaks_for(torch.cuda.get_device_name())
     key = roofline.peak_key_for(dtype)
-    compute_ms, memory_ms = roofline.floor_parts_ms(flops, roofline.count_bytes(sets[0], outputs), peaks, key)
-    return {"flops": flops, "bytes": roofline.count_bytes(sets[0], outputs), "peak_key": key,
+    bytes_moved = roofline.count_bytes(sets[0], outputs)
+    output_bytes = roofline.count_output_bytes(outputs)
+    compute_ms, memory_ms = roofline.floor_parts_ms(flops, bytes_moved, peaks, key)
+    return {"flops": flops, "bytes": bytes_moved, "output_bytes": output_bytes, "peak_key": key,
             "peaks": peaks.name, "compute_floor_ms": compute_ms, "memory_floor_ms": memory_ms,
-            "floor_ms": max(compute_ms, memory_ms)}
-
-
-def measure(model, problem, sets: list[list], device: str, job: dict) -> dict[str, Any]:
-    """Time the candidate interleaved with its baselines on device input `sets`, then profile it once."""
-    phases = Stopwatch()  # where timing's wall time goes (throughput, not speed)
-    fns, compile_s, eager = baseline_callables(problem, device, sets, job["init_seed"], job.get("full_baselines", False))
-    phases.lap("baselines")
-    candidate = _caller(model, sets)
-    fns = {CANDIDATE: candidate, AGAIN: candidate, **fns}
-    nvml_index = gpu.nvml_index_for_cuda_device(0)
-    with gpu.measure_around(nvml_index if nvml_index is not None else 0) as state:
-        samples = timing.time_interleaved(fns, len(sets), candidate=CANDIDATE)
-        phases.lap("rounds")
-        host_ms = timing.host_ms_per_call(candidate, len(sets), HOST_CHECK_CALLS)
-        eager_host_ms = timing.host_ms_per_call(fns[EAGER], len(sets), HOST_CHECK_CALLS)
-    phases.lap("host_check")
-    rows = profiler.kernel_table(lambda: model(*sets[0]))
-    phases.lap("profile")
-    own_names = [name.split(":", 1)[1] for name in job.get("own_kernel_names", [])]
-    roof = _roofline(eager, sets)
-    phases.lap("roofline")
-    return {"samples_ms": samples, "host_ms_per_call": {CANDIDATE: host_ms, EAGER: eager_host_ms},
-            "compile_s": compile_s, "kernels": [row.model_dump() for row in rows],
-            "kernel_split": profiler.classify_kernels(rows, own_names), "phase_s": phases.laps,
-            "roofline": roof, "gpu": state.model_dump(), "device_name": torch.cuda.get_device_name()}
+            "floor_ms": max(compute_ms, memory_ms), "reference_floor_ms": max(compute_ms, memory_ms),
+            "output_floor_ms": roofline.output_floor_ms(output_bytes, peaks)}
 
 
 def measure_baselines(problem, input_sets: list[list], device: str, job: dict) -> dict[str, Any]:

@@ -206,6 +206,69 @@ class CallTimer(Protocol):
         """From now on keep the device busy for `ms` before each call's start event."""
 
 
+class Rounds:
+    """The interleaved method, in steps a driver can spread over time and processes: `warm()` once
+    (an untimed first call of each callable, then a time-based warm-up that also sizes the device
+    hold), then `block(rounds)` as often as wanted. Rounds are numbered across blocks, so the order
+    rotation and the input set of round i are the same however the rounds are split into blocks.
+    The verifier's parent drives blocks in two processes in turn (the candidate's and a trusted
+    one timing the baselines), so their rounds stay adjacent in time."""
+
+    def __init__(self, fns: dict[str, Callable[[int], object]], n_input_sets: int, timer: CallTimer,
+                 now_ms: Callable[[], float]):
+        if not fns:
+            raise TimingError("nothing to time: fns is empty")
+        if n_input_sets < 1:
+            raise TimingError(f"n_input_sets must be >= 1, got {n_input_sets}")
+        self.fns, self.names, self.n_input_sets = fns, list(fns), n_input_sets
+        self.timer, self.now_ms = timer, now_ms
+        self.round_index = 0
+        self.hold_ms = 0.0
+
+    def warm(self, warmup_ms: float = DEFAULT_WARMUP_MS) -> float:
+        """Untimed first calls (compilation, autotuning, module load, handle creation), then
+        `warmup_ms` of back-to-back work to raise the clocks from idle, which also measures how
+        long the host takes to enqueue one call and so sizes the hold. Returns the hold (ms)."""
+        if warmup_ms < 0:
+            raise TimingError(f"warmup_ms must be >= 0, got {warmup_ms}")
+        for name in self.names:
+            self.fns[name](0)
+        self.timer.sync()
+        warm_start_ms = self.now_ms()
+        warm_round = 0
+        enqueue_ms: dict[str, list[float]] = {name: [] for name in self.names}
+        while self.now_ms() - warm_start_ms < warmup_ms:
+            for name in self.names:
+                called_ms = self.now_ms()
+                self.fns[name](warm_round % self.n_input_sets)
+                enqueue_ms[name].append(self.now_ms() - called_ms)
+            self.timer.sync()  # so the host clock measures device work, not queueing
+            warm_round += 1
+        typical_ms = max((statistics.median(times) for times in enqueue_ms.values() if times), default=0.0)
+        self.hold_ms = min(MAX_HOLD_MS, HOLD_FACTOR * typical_ms + HOLD_MARGIN_MS)
+        self.timer.hold(self.hold_ms)
+        return self.hold_ms
+
+    def block(self, rounds: int) -> dict[str, list[float]]:
+        """`rounds` more rounds: each callable once per round, in an order rotated per round, on
+        input set round % n_input_sets. Raw device times (ms) per callable, aligned by round."""
+        if rounds < 1:
+            raise TimingError(f"rounds must be >= 1, got {rounds}")
+        samples: dict[str, list[float]] = {name: [] for name in self.names}
+        for _ in range(rounds):
+            shift = self.round_index % len(self.names)
+            order = self.names[shift:] + self.names[:shift]
+            input_set = self.round_index % self.n_input_sets
+            for name in order:
+                self.timer.start()
+                self.fns[name](input_set)
+                self.timer.stop()
+            for name, ms in zip(order, self.timer.collect_ms(), strict=True):
+                samples[name].append(ms)
+            self.round_index += 1
+        return samples
+
+
 def run_rounds(
     fns: dict[str, Callable[[int], object]],
     n_input_sets: int,
@@ -219,7 +282,7 @@ def run_rounds(
     max_total_ms: float = DEFAULT_MAX_TOTAL_MS,
     max_samples: int = DEFAULT_MAX_SAMPLES,
 ) -> dict[str, list[float]]:
-    """The interleaved method of `time_interleaved`, on any timer and wall clock (ms).
+    """The interleaved method of `time_interleaved`, on any timer and wall clock (ms), in one process.
 
     Stops after the first round where `min_samples` rounds are done and either `min_total_ms`
     of `candidate` device time or `max_samples` rounds are reached, or once the timed rounds
@@ -227,55 +290,22 @@ def run_rounds(
     `len(result[name])` says how many did).
     """
     names = list(fns)
-    if not names:
-        raise TimingError("nothing to time: fns is empty")
-    if n_input_sets < 1:
-        raise TimingError(f"n_input_sets must be >= 1, got {n_input_sets}")
     if not 1 <= min_samples <= max_samples:
         raise TimingError(f"need 1 <= min_samples <= max_samples, got {min_samples} and {max_samples}")
     if not (0 <= min_total_ms <= max_total_ms):
         raise TimingError(f"need 0 <= min_total_ms <= max_total_ms, got {min_total_ms} and {max_total_ms}")
-    if warmup_ms < 0:
-        raise TimingError(f"warmup_ms must be >= 0, got {warmup_ms}")
-    candidate = names[0] if candidate is None else candidate
-    if candidate not in fns:
+    candidate = names[0] if candidate is None and names else candidate
+    if names and candidate not in fns:
         raise TimingError(f"candidate {candidate!r} is not one of {names}")
-
-    # Untimed first call of each: compilation, autotuning, module load, handle creation.
-    for name in names:
-        fns[name](0)
-    timer.sync()
-
-    # Time-based warm-up: enough back-to-back work to raise the clocks from idle. It also
-    # measures how long the host takes to enqueue one call, which sizes the hold.
-    warm_start_ms = now_ms()
-    warm_round = 0
-    enqueue_ms: dict[str, list[float]] = {name: [] for name in names}
-    while now_ms() - warm_start_ms < warmup_ms:
-        for name in names:
-            called_ms = now_ms()
-            fns[name](warm_round % n_input_sets)
-            enqueue_ms[name].append(now_ms() - called_ms)
-        timer.sync()  # so the host clock measures device work, not queueing
-        warm_round += 1
-    typical_ms = max((statistics.median(times) for times in enqueue_ms.values() if times), default=0.0)
-    timer.hold(min(MAX_HOLD_MS, HOLD_FACTOR * typical_ms + HOLD_MARGIN_MS))
-
+    rounds = Rounds(fns, n_input_sets, timer, now_ms)
+    rounds.warm(warmup_ms)
     samples: dict[str, list[float]] = {name: [] for name in names}
     timed_start_ms = now_ms()
-    round_index = 0
     while True:
-        shift = round_index % len(names)
-        order = names[shift:] + names[:shift]
-        input_set = round_index % n_input_sets
-        for name in order:
-            timer.start()
-            fns[name](input_set)
-            timer.stop()
-        for name, ms in zip(order, timer.collect_ms(), strict=True):
-            samples[name].append(ms)
-        round_index += 1
-        enough = round_index >= min_samples and (sum(samples[candidate]) >= min_total_ms or round_index >= max_samples)
+        for name, values in rounds.block(1).items():
+            samples[name] += values
+        done = rounds.round_index
+        enough = done >= min_samples and (sum(samples[candidate]) >= min_total_ms or done >= max_samples)
         if enough or now_ms() - timed_start_ms >= max_total_ms:
             return samples
 
@@ -433,3 +463,18 @@ def time_plain_ms(fn: Callable[[], object], n: int = 100) -> float:
         pairs.append((start, end))
     torch.cuda.synchronize()
     return statistics.fmean(start.elapsed_time(end) for start, end in pairs)
+
+
+def cuda_rounds(fns: dict[str, Callable[[int], object]], n_input_sets: int,
+                device: torch.device | int | str | None = None) -> Rounds:
+    """`Rounds` on CUDA events with the L2 flush and the hold, and the host's clock."""
+    return Rounds(fns, n_input_sets, CudaEventTimer(device), _perf_counter_ms)
+
+
+def back_to_back(fn: Callable[[int], object], n_input_sets: int, calls: int) -> None:
+    """`calls` back-to-back calls on rotating input sets, then a device-wide synchronize. Untimed
+    here: the verifier's parent times this from its own process (`host_ms_per_call` is the same
+    loop timed in-process)."""
+    for call in range(calls):
+        fn(call % n_input_sets)
+    torch.cuda.synchronize()

@@ -1,18 +1,18 @@
 """The verifier's child side: what runs inside the sandboxed process forked for one job.
 
-Two jobs. `reference` runs the problem's Model on seeded inputs and saves inputs, outputs and
-the aten ops it dispatched. `candidate` loads ModelNew, runs it on those saved inputs with
-poisoned memory, checks inputs and aliasing, and saves its outputs; the parent compares them
-(it is the authority: nothing the candidate touches decides its own verdict).
-
-A job writes `result.json` (and tensors to `.pt` files) in its job dir; progress goes to the
-`phase` file so the parent can tell a slow compile from a hung kernel.
+Two kinds of child. The trusted one (reference_job.py) runs the problem: inputs, reference
+outputs, baselines. The candidate's child, here, loads ModelNew and does what the parent asks on
+the job's channel, nothing more: run the trials on the inputs it was given (poisoned memory
+first) and save the outputs; when asked, time itself; when asked, run once more on fresh values
+written into buffers it already knows; then stop. It never holds reference outputs, the
+verdict's state or anyone's timings: the parent compares, decides and cross-checks, and treats
+everything this process reports (its event times, its kernels, its op and launch counts, its
+input checks) as claims.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import time
@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelloop.errors import error_line
+from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.sandbox.runner import DEVICE_ENV, PRELOAD_ENV
 
 # Modules jobs need, imported once here in the zygote rather than in each forked child: the
@@ -44,46 +44,22 @@ if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
     raise RuntimeError("CUDA was initialised while the sandbox worker imported its modules")
 
 from kernelloop.problem import import_source
-from kernelloop.tools.verify.compare import compare_outputs, flatten_outputs
+from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
+from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, seed_all, synchronize, to_device
+from kernelloop.tools.verify.compare import flatten_outputs
+from kernelloop.tools.verify.reference_job import run_reference
 
-INIT_SEED = 42
-# aten ops that move, view or allocate memory but compute nothing: they don't count as
-# "the reference's compute", and a candidate may call them freely around its kernels.
-NON_COMPUTE_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "fill", "fill_",
-    "zero_", "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "permute", "transpose",
-    "t", "as_strided", "select", "slice", "unsqueeze", "squeeze", "contiguous", "clone", "copy_",
-    "_to_copy", "detach", "alias", "lift_fresh", "split", "split_with_sizes", "chunk", "unbind",
-    "flatten", "view_as", "arange", "randn", "rand", "normal_", "uniform_", "lift_fresh_copy",
-    "_local_scalar_dense", "item", "sym_size", "sym_stride", "sym_numel", "is_contiguous",
-    "unsafe_split", "narrow", "diagonal", "movedim", "unflatten", "expand_as", "resize_", "set_",
-})
-
-
-class OpRecorder(TorchDispatchMode):
-    """Records the aten ops a forward dispatches (names without overload)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func._schema.name.split("::")[-1]] += 1
-        return func(*args, **(kwargs or {}))
-
-    def compute_ops(self) -> list[str]:
-        return sorted(op for op in self.ops if op.rstrip("_") not in NON_COMPUTE_OPS and op not in NON_COMPUTE_OPS)
 
 
 class LaunchCounter:
     """Counts launches of the candidate's own kernels: Triton JIT/interpreted functions and
-    functions of extensions built with load_inline. Installed by the harness before the
-    candidate is imported (the candidate may not monkeypatch; static checks enforce that)."""
+    functions of extensions built with load_inline. Installed before the candidate is imported;
+    what it counts is a claim (the candidate shares this process)."""
 
     def __init__(self):
         self.launches: Counter[str] = Counter()
+        self.skip = False  # while True, Triton launches do nothing (the decoy check)
 
     def install(self) -> None:
         from triton.runtime import interpreter, jit
@@ -105,6 +81,8 @@ class LaunchCounter:
         counter = self
 
         def run(self_, *args, **kwargs):
+            if counter.skip:
+                return None
             if not kwargs.get("warmup", False):
                 counter.launches[f"triton:{getattr(self_.fn, '__name__', 'kernel')}"] += 1
             return original_run(self_, *args, **kwargs)
@@ -139,78 +117,16 @@ def _prepared_report(job_started: float) -> dict[str, float]:
     return {**report, "prepared_idle_s": job_started - PREPARED["done_at"]}
 
 
-def set_phase(job_dir: Path, phase: str) -> None:
-    (job_dir / "phase").write_text(phase)
-
-
-def seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(seed)
-
-
-def to_device(values: list, device: str) -> list:
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def degenerate_output_warnings(outputs: list) -> list[str]:
-    """A reference whose output is near zero or constant can be matched by a kernel that computes nothing."""
-    warnings = []
-    for index, out in enumerate(outputs):
-        if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
-            continue
-        values = out.detach().double()
-        if float(values.abs().max()) < 1e-6:
-            warnings.append(f"output {index} of the reference is near zero (max |x| < 1e-6): zeros would pass elementwise checks")
-        elif out.numel() > 1 and float(values.std()) == 0.0:
-            warnings.append(f"output {index} of the reference is constant: a kernel could return it without computing")
-    return warnings
-
-
-def run_reference(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
-    device = job["device"]
-    problem = import_source(Path(job["problem_path"]), "kernelloop_reference")
-    seed_all(INIT_SEED)
-    init_inputs = list(problem.get_init_inputs())
-    model = problem.Model(*init_inputs).to(device)
-    # Trial inputs from fresh seeds, then any extra shapes, then the set kept for after timing.
-    trial_inputs = []
-    for seed in job["seeds"]:
-        seed_all(seed)
-        trial_inputs.append(list(problem.get_inputs()))
-    seed_all(job["seeds"][0])
-    variants = [list(v) for v in problem.get_input_variants()] if hasattr(problem, "get_input_variants") else []
-    input_sets = trial_inputs[:-1] + variants + trial_inputs[-1:]
-    output_sets, ops = [], []
-    with torch.no_grad():
-        for index, inputs in enumerate(input_sets):
-            recorder = OpRecorder()
-            if index == 0:
-                with recorder:
-                    out = model(*to_device(inputs, device))
-                ops = recorder.compute_ops()
-            else:
-                out = model(*to_device(inputs, device))
-            synchronize(device)
-            output_sets.append([o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)])
-    torch.save({"inputs": input_sets, "outputs": output_sets, "init_inputs": init_inputs}, job["out_path"])
-    return {"ok": True, "ops": ops, "warnings": degenerate_output_warnings(output_sets[0]),
-            "trials": len(input_sets)}
-
-
-def poison(device: str, like: list) -> None:
-    """Fill soon-to-be-reused allocator blocks with NaN so unwritten outputs show up.
-    Effective with CUDA's caching allocator; on the CPU large blocks come back as fresh pages."""
+def poison(device: str, specs: list) -> None:
+    """Fill soon-to-be-reused allocator blocks, the size of the outputs (`specs`: [shape, dtype name]
+    each, from the parent), with NaN so unwritten outputs show up. Effective with CUDA's caching
+    allocator; on the CPU large blocks come back as fresh pages."""
     blocks = []
-    for ref in like:
-        if isinstance(ref, torch.Tensor):
-            fill = float("nan") if ref.is_floating_point() else -7
-            blocks.append(torch.full(ref.shape, fill, dtype=ref.dtype, device=device))
+    for shape, dtype_name in specs:
+        dtype = getattr(torch, str(dtype_name), None)
+        if isinstance(dtype, torch.dtype):
+            fill = float("nan") if dtype.is_floating_point or dtype.is_complex else -7
+            blocks.append(torch.full(tuple(shape), fill, dtype=dtype, device=device))
     del blocks
 
 
@@ -241,19 +157,19 @@ def mutated(inputs: list, pristine: list) -> str | None:
     return None
 
 
-def run_one(model, inputs_cpu: list, device: str, ref_outputs: list, reuse: list | None = None,
-            costs: dict | None = None) -> tuple[list, str | None]:
+def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | None = None,
+            costs: dict | None = None) -> tuple[list, list, str | None]:
     """One checked forward: device inputs, poisoned memory, input and alias checks.
 
-    `reuse`: device tensors of an earlier call to copy the new values into, so a candidate that
-    caches by data_ptr or id sees a pointer it knows holding values it hasn't seen. `costs`
-    gets the forward's own seconds (JIT included) as "forward_s"."""
+    `specs`: the outputs' shapes and dtypes, to poison with. `reuse`: device tensors of an earlier call to copy the new values into, so a
+    candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
+    `costs` gets the forward's own seconds (JIT included) as "forward_s"."""
     if reuse is None:
         inputs = to_device([i.clone() if isinstance(i, torch.Tensor) else i for i in inputs_cpu], device)
     else:
         inputs = [old.copy_(new) if isinstance(old, torch.Tensor) else new for old, new in zip(reuse, inputs_cpu)]
     pristine = [i.clone() if isinstance(i, torch.Tensor) else i for i in inputs]
-    poison(device, ref_outputs)
+    poison(device, specs)
     forward_started = time.perf_counter()
     out = flatten_outputs(model(*inputs))
     synchronize(device)
@@ -303,11 +219,22 @@ def prepare() -> None:
     PREPARED.update(steps.laps, done_at=time.perf_counter())
 
 
-def run_candidate(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
+def _shuffle_interpreter(job: dict[str, Any]) -> bool:
+    """On the CPU, Triton's interpreter runs a grid's programs one at a time; shuffling their order
+    makes a kernel that depends on it (a race on a GPU) show here too, where that is possible."""
+    if job["device"] != "cpu":
+        return False
+    from kernelloop.tools.verify import interpreter_order
+
+    return interpreter_order.install(int(job.get("order_seed", 0)))
+
+
+def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     device = job["device"]
     steps = Stopwatch()  # where the child's setup goes, for the verifier's cost report
     counter = LaunchCounter()
     counter.install()
+    shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     try:
         candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate")
@@ -316,9 +243,8 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     if not hasattr(candidate, "ModelNew"):
         return {"status": "compile_error", "reason": "modelnew: the candidate defines no ModelNew"}
     steps.lap("import_s")
-    # The reference's inputs and constructor args come from its file (memory-mapped): the
-    # problem's code stays out of this process until timing needs the eager baseline.
-    reference = torch.load(job["ref_path"], weights_only=True, mmap=True)
+    # The inputs alone: the reference's outputs never come into this process.
+    given = torch.load(job["inputs_path"], weights_only=True)
     steps.lap("load_s")
     if device.startswith("cuda"):
         torch.cuda.init()  # CUDA context creation lands in setup, not in the first call (at once if prepared)
@@ -326,19 +252,21 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
         steps.lap("context_s")
     seed_all(INIT_SEED)
     try:
-        model = candidate.ModelNew(*reference["init_inputs"]).to(device)
+        model = candidate.ModelNew(*given["init_inputs"]).to(device)
     except Exception as exc:
         return {"status": "compile_error",
                 "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"}
-    input_sets, ref_sets = reference["inputs"], reference["outputs"]
     synchronize(device)
     steps.lap("model_s")
+    session = _CandidateSession(model, given["inputs"], counter, job, channel)
+    session.overhead.update(setup_s=steps.total(), **{f"setup_{k}": v for k, v in steps.laps.items()},
+                            **_prepared_report(steps.started))
+    session.shuffled = shuffled
     try:
         with torch.no_grad():
-            result = _check_candidate(model, input_sets, ref_sets, counter, job, job_dir)
-        result.setdefault("overhead", {}).update(setup_s=steps.total(), **{f"setup_{k}": v for k, v in steps.laps.items()},
-                                                 **_prepared_report(steps.started))
-        return result
+            return session.run()
+    except ChannelClosed:
+        return {"status": "stopped"}
     except BaseException as exc:  # the candidate's failure is a verdict, never the harness's crash
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -349,58 +277,131 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
         return {"status": status, "reason": reason, "launches": dict(counter.launches)}
 
 
-def _check_candidate(model, input_sets, ref_sets, counter: LaunchCounter, job: dict, job_dir: Path) -> dict[str, Any]:
-    """Trials, then timing (GPU, only when the trials already look right), then the fresh-input check."""
-    device = job["device"]
-    costs: dict[str, float] = {}  # the candidate's own compile and run time, kept out of the verifier's fixed cost
-    recorder = OpRecorder()
-    outputs, first_inputs = [], None
-    first_forward: dict[str, float] = {}  # the first call's forward alone (JIT included), beside moving data
-    started = time.perf_counter()
-    for index, inputs in enumerate(input_sets[:-1]):
-        if index == 0:
-            with recorder:
-                out, first_inputs, found = run_one(model, inputs, device, ref_sets[index], costs=first_forward)
-            set_phase(job_dir, "trials")
-            costs["first_call_s"] = time.perf_counter() - started  # includes Triton's JIT compile
-        else:
-            out, _, found = run_one(model, inputs, device, ref_sets[index])
+class _CandidateSession:
+    """The candidate's side of the conversation: trials, then whatever the parent asks."""
+
+    def __init__(self, model, input_sets: list[list], counter: LaunchCounter, job: dict, channel: Channel):
+        self.model, self.input_sets, self.counter, self.job, self.channel = model, input_sets, counter, job, channel
+        self.device = job["device"]
+        self.costs: dict[str, float] = {}  # the candidate's own compile and run time, kept out of the fixed cost
+        self.overhead: dict[str, float] = {}
+        self.buffers: list | None = None  # the device inputs the fresh check writes new values into
+        self.specs: list[list] = job.get("output_specs") or []  # per input set: [shape, dtype] of each output
+        self.timing = None
+        self.shuffled = False
+
+    def _specs(self, index: int) -> list:
+        return self.specs[index] if index < len(self.specs) else []
+
+    def claims(self) -> dict[str, Any]:
+        return {"launches": dict(self.counter.launches), "costs": self.costs, "overhead": self.overhead,
+                "interpreter_shuffled": self.shuffled}
+
+    def run(self) -> dict[str, Any]:
+        found = self.trials()
         if found:
-            return {"status": "incorrect" if found.startswith("tensor subclass") else "rejected",
-                    "reason": found, "launches": dict(counter.launches)}
-        outputs.append(out)
-    costs["trials_s"] = time.perf_counter() - started - costs["first_call_s"]
-    timing = None
-    gate_started = time.perf_counter()  # timing is spent on outputs that already look right
-    timed = job.get("time_it") and device.startswith("cuda") and \
-        all(compare_outputs(o, r, job.get("tolerance"), device).ok for o, r in zip(outputs, ref_sets))
-    gate_s = time.perf_counter() - gate_started
-    if timed:
-        set_phase(job_dir, "timing")
-        from kernelloop.tools.profile.measure import device_sets, measure  # GPU-only path, imported when used
+            return {"status": "incorrect" if found.startswith("tensor subclass") else "rejected", "reason": found,
+                    "launches": dict(self.counter.launches)}
+        while True:
+            request = self.channel.receive()
+            kind = next(iter(request), None)
+            if kind == "time":
+                self.channel.send({"time": self.setup_timing()})
+            elif kind == "block":
+                self.channel.send({"block": {"samples_ms": self.timing.block(int(request["block"]["rounds"]))}})
+            elif kind == "back":
+                from kernelloop.tools.profile.timing import back_to_back
 
-        problem = import_source(Path(job["problem_path"]), "kernelloop_problem")  # the eager baseline
-        timing_started = time.perf_counter()
-        timed_sets = device_sets(input_sets[:-1], device)  # the fresh values stay unseen until after timing
-        timing = measure(model, problem, timed_sets, device,
-                         {**job, "init_seed": INIT_SEED, "own_kernel_names": sorted(counter.launches)})
-        costs["timing_s"] = time.perf_counter() - timing_started
-        # The fresh check writes new values into the buffers the timing loop called most.
-        first_inputs = timed_sets[0]
-    set_phase(job_dir, "fresh")
-    fresh_started = time.perf_counter()
-    fresh, _, found = run_one(model, input_sets[-1], device, ref_sets[-1], reuse=first_inputs)
-    costs["trials_s"] += time.perf_counter() - fresh_started
-    if found:
-        return {"status": "rejected", "reason": found, "launches": dict(counter.launches)}
-    save_started = time.perf_counter()
-    torch.save({"trials": outputs, "fresh": fresh}, job_dir / "outputs.pt")
-    return {"status": "ran", "launches": dict(counter.launches), "ops": recorder.compute_ops(),
-            "timing": timing, "costs": costs, "overhead": {"save_s": time.perf_counter() - save_started, "gate_s": gate_s,
-                                                          "first_forward_s": first_forward.get("forward_s", 0.0)}}
+                back_to_back(self.timing.fns[CANDIDATE], len(self.timing_sets), int(request["back"]["calls"]))
+                self.channel.send({"back": {}})
+            elif kind == "profile":
+                self.channel.send({"profile": self.profile()})
+            elif kind == "fresh":
+                found = self.fresh(request["fresh"]["inputs_path"])
+                self.channel.send({"fresh": {"found": found}})
+            else:  # "done", or anything else: the parent has what it needs
+                return {"status": "ran", **self.claims()}
+
+    def trials(self) -> str | None:
+        """Every given input set once, outputs saved for the parent; returns a claim-level problem
+        (aliasing, input writes, a tensor subclass) or None."""
+        recorder = OpRecorder()
+        outputs = []
+        first_forward: dict[str, float] = {}
+        started = time.perf_counter()
+        for index, inputs in enumerate(self.input_sets):
+            if index == 0:
+                with recorder:
+                    out, self.buffers, found = run_one(self.model, inputs, self.device, self._specs(0), costs=first_forward)
+                self.channel.phase("trials")
+                self.costs["first_call_s"] = time.perf_counter() - started  # includes Triton's JIT compile
+            else:
+                out, _, found = run_one(self.model, inputs, self.device, self._specs(index))
+            if found:
+                return found
+            outputs.append(out)
+        self.costs["trials_s"] = time.perf_counter() - started - self.costs["first_call_s"]
+        save_started = time.perf_counter()
+        torch.save({"trials": outputs, "skipped": self.without_own_kernels()}, Path(self.job["job_dir"]) / "trials.pt")
+        self.overhead.update(save_s=time.perf_counter() - save_started, first_forward_s=first_forward.get("forward_s", 0.0))
+        self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
+        return None
+
+    def without_own_kernels(self) -> list | None:
+        """The first set's outputs with every Triton launch skipped, for the parent's decoy check (a
+        forward whose output is right without its own kernels left the work to something else);
+        None when it fails, which is what skipping a kernel that matters usually does."""
+        if not any(name.startswith("triton:") for name in self.counter.launches):
+            return None
+        self.counter.skip = True
+        try:
+            out, _, found = run_one(self.model, self.input_sets[0], self.device, self._specs(0))
+        except Exception:  # noqa: BLE001 - its kernels mattered: the forward could not go on without them
+            return None
+        finally:
+            self.counter.skip = False
+        return None if found else out
+
+    def setup_timing(self) -> dict[str, Any]:
+        from kernelloop.tools.profile.timing import cuda_rounds
+
+        self.channel.phase("timing")
+        started = time.perf_counter()
+        self.timing_sets = [to_device(inputs, self.device) for inputs in self.input_sets]
+        call = lambda i: self.model(*self.timing_sets[i])  # noqa: E731
+        self.timing = cuda_rounds({CANDIDATE: call, AGAIN: call}, len(self.timing_sets))
+        hold_ms = self.timing.warm()
+        self.costs["timing_setup_s"] = time.perf_counter() - started
+        # The fresh check writes new values into the buffers the timing loop called first.
+        self.buffers = self.timing_sets[0]
+        return {"hold_ms": hold_ms}
+
+    def profile(self) -> dict[str, Any]:
+        from kernelloop.tools.profile import profiler
+
+        rows = profiler.kernel_table(lambda: self.model(*self.timing_sets[0]))
+        own_names = [name.split(":", 1)[1] for name in self.counter.launches]
+        return {"kernels": [row.model_dump() for row in rows], "kernel_split": profiler.classify_kernels(rows, own_names)}
+
+    def fresh(self, inputs_path: str) -> str | None:
+        """Input sets it has never seen: the first written into the buffers it was called with most
+        (so caching by pointer or id shows), any others (more scrutiny) as new tensors."""
+        self.channel.phase("fresh")
+        started = time.perf_counter()
+        given = torch.load(inputs_path, weights_only=True)
+        outputs = []
+        for index, inputs in enumerate(given["inputs"]):
+            out, _, found = run_one(self.model, inputs, self.device, self._specs(0),
+                                    reuse=self.buffers if index == 0 else None)
+            if found:
+                return found
+            outputs.append(out)
+        self.costs["trials_s"] = self.costs.get("trials_s", 0.0) + time.perf_counter() - started
+        torch.save({"fresh": outputs}, Path(self.job["job_dir"]) / "fresh.pt")
+        return None
 
 
-def run_baselines(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
+def run_baselines(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     """Time eager, torch.compile and the problem's own baselines, no candidate (bench --baselines-only)."""
     from kernelloop.tools.profile.measure import measure_baselines
 
@@ -409,7 +410,7 @@ def run_baselines(job: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     for seed in job["seeds"]:
         seed_all(seed)
         input_sets.append(list(problem.get_inputs()))
-    set_phase(job_dir, "timing")
+    channel.phase("timing")
     with torch.no_grad():
         return {"status": "ran", "timing": measure_baselines(problem, input_sets, job["device"], {**job, "init_seed": INIT_SEED})}
 
@@ -419,13 +420,12 @@ JOBS = {"reference": run_reference, "candidate": run_candidate, "baselines": run
 
 def run_job(job: dict[str, Any]) -> int:
     """Entry point in the forked child; returns the exit code. Never raises."""
-    job_dir = Path(job["job_dir"])
-    set_phase(job_dir, "compile")
+    channel = Channel.from_job(job)
     try:
         gpu_fraction = (job.get("limits") or {}).get("gpu_memory_fraction")
         if gpu_fraction and job["device"].startswith("cuda"):  # before any candidate code can allocate
             torch.cuda.set_per_process_memory_fraction(float(gpu_fraction))
-        result = JOBS[job["kind"]](job, job_dir)
+        result = JOBS[job["kind"]](job, channel)
     except SystemExit as exc:
         result = {"status": "runtime_error", "reason": f"exited: sys.exit({exc.code}) while loading"}
     except Exception as exc:
@@ -435,5 +435,8 @@ def run_job(job: dict[str, Any]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     result["written_at"] = time.time()  # the parent reports how long the process took to end after this
-    (job_dir / "result.json").write_text(json.dumps(result, default=str))
+    try:
+        channel.result(result)
+    except BrokenPipeError:  # nobody is listening any more
+        return 0
     return 0

@@ -1,20 +1,21 @@
 """The verifier: the part everything else trusts.
 
-verify(candidate, problem) -> Verdict. Static rules first (nothing runs for a broken rule),
-then the reference's outputs from one sandboxed child (cached per problem, device and seeds),
-then the candidate in another child, then the judgement here in the parent, from files the
-candidate's process wrote but cannot reinterpret: outputs are compared, ops and launches
-checked, timings taken only for outputs that were already right.
+verify(candidate, problem) -> Verdict. Static rules first (a cheap lint: nothing runs for a broken
+rule). Then, for every verification, fresh secret seeds: the trusted reference job (its own
+sandbox worker, no candidate code) makes the inputs and the reference's outputs on them, and
+only the inputs reach the candidate's child. The parent drives that child over a channel it owns:
+trials, a compare here, timing only for outputs that were right (the baselines timed in the
+trusted job, the candidate's own event times checked against this process's clock), then one
+more call on fresh values written into buffers the candidate already knows, compared here too.
+Everything the candidate's process reports (its kernels, ops, launches, event times, input
+checks) is a claim; what decides a verdict is what this process computed or observed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
+import secrets
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,17 +24,21 @@ from kernelloop.errors import error_line
 from kernelloop.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import Status, TimingStats, Verdict, rejected
-from kernelloop.sandbox.runner import JobOutcome, Zygote, new_job_dir, remove_job_dir
-from kernelloop.tools.verify.compare import compare_outputs
-from kernelloop.tools.verify.reference_outputs import ReferenceOutputs, compare_device
+from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
+from kernelloop.sandbox.safe_io import open_bounded
+from kernelloop.tools.verify import interpreter_order
+from kernelloop.tools.verify.compare import compare_device, compare_outputs
+from kernelloop.tools.verify.reference_server import Made, ReferenceServer, hand_over
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed, summarize_all
 from kernelloop.tools.verify.static_check import first_violation
+from kernelloop.tools.verify.timing_driver import drive_timing
 
-TRIAL_SEEDS = (1, 2, 3)
-FRESH_SEED = 1009  # inputs the candidate first sees after timing: catches caching by pointer or id
+DEFAULT_TRIALS = 3
 CPU_MEMORY_LIMIT_BYTES = 16 << 30
-# The code that writes references: stored references from another version of it are not reused.
-HARNESS_SHA256 = hashlib.sha256(Path(__file__).with_name("harness.py").read_bytes()).hexdigest()
+OUTPUT_FILE_SLACK_BYTES = 1 << 20
+SCRUTINY_SETS = 4
+DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed  # more fresh sets for a kernel under the reference's roofline  # a saved tensor list is its data plus a little framing
+CANDIDATE_PHASES = ("trials", "timing", "fresh")
 
 
 def split_device(device: str) -> tuple[str, int | None]:
@@ -52,12 +57,19 @@ def resolve_device(device: str) -> str:
     return device
 
 
-@dataclass(frozen=True)
-class Reference:
-    path: Path
-    ops: list[str]
-    warnings: list[str]
-    trials: int
+def secret_seeds(count: int) -> list[int]:
+    """Seeds nobody can know ahead: a candidate can't have memorised answers for their inputs."""
+    return [secrets.randbelow(2**31 - 1) + 1 for _ in range(count)]
+
+
+def output_specs(outputs: list[list]) -> list[list]:
+    """Shapes and dtypes of each set's outputs (not their values): the child poisons blocks that size."""
+    return [[[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in outs if isinstance(t, torch.Tensor)]
+            for outs in outputs]
+
+
+def _nbytes(outputs: list) -> int:
+    return sum(t.numel() * t.element_size() for t in outputs if isinstance(t, torch.Tensor))
 
 
 def precheck(candidate: Candidate, device: str, static_checks: bool = True) -> Verdict | None:
@@ -92,11 +104,12 @@ def _signal_name(code: int) -> str:
 
 
 class Verifier:
-    """Verifies candidates one at a time on one device, reusing a warm sandbox worker."""
+    """Verifies candidates one at a time on one device: a warm sandbox worker for candidates, and
+    another for the trusted reference job of the problem at hand."""
 
     def __init__(self, device: str = "auto", workspace: Path | None = None, strict: bool = False,
                  time_it: bool = True, compile_timeout_s: float = 180.0, run_timeout_s: float = 300.0,
-                 trials: int = len(TRIAL_SEEDS), gpu_index: int | None = None, keep_jobs: bool = False,
+                 trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
                  gpu_compare: bool = True):
         self.device = resolve_device(device)
@@ -104,24 +117,26 @@ class Verifier:
         self.time_it = time_it and self.device == "cuda"
         self.compile_timeout_s = compile_timeout_s
         self.run_timeout_s = run_timeout_s
-        self.seeds = [*range(1, trials + 1), FRESH_SEED]
+        self.trials = trials
         self.gpu_index = gpu_index
         self.keep_jobs = keep_jobs
         self.full_baselines = full_baselines  # adds torch.compile max-autotune (minutes of tuning)
         self.static_checks = static_checks  # off only in tests that prove the dynamic checks stand alone
         self.standby = standby  # off only to measure what a prepared child saves (benchmarks/verifier_bench.py)
-        self.gpu_compare = gpu_compare  # likewise: off only to measure the CPU compare
         self.workspace = workspace_dir(workspace)
-        self.root = self.workspace / "verifier" / f"{self.device}{'' if gpu_index is None else gpu_index}"
-        # Shared by every worker of this device kind in the workspace (one per GPU): a reference
-        # computed, or a kernel compiled, by one worker is there for the others. Jobs read the
-        # references but never write them (read-only where bubblewrap runs; the parent moves each
-        # in once its job is done).
-        self.references_dir = self.workspace / "verifier" / f"references-{self.device}"
-        self.cache_dir = self.workspace / "verifier" / f"cache-{self.device}"
+        name = f"{self.device}{'' if gpu_index is None else gpu_index}"
+        self.root = self.workspace / "verifier" / name
+        # The trusted job's files (reference outputs among them) live beside, never inside, the
+        # candidates' work dir: where bubblewrap runs, the candidates' sandbox can't see them.
+        self.trusted_root = self.workspace / "verifier" / f"{name}-trusted"
+        # Compile caches: each candidate job has its own (nothing one writes reaches the next); the
+        # trusted jobs of every worker share one the candidates can't see, as the workspace is hidden.
+        self.trusted_cache_dir = self.workspace / "verifier" / f"cache-{self.device}-trusted"
+        self.compare_on = compare_device(self.device, gpu_index, gpu_compare)
         self._zygote: Zygote | None = None
-        self._references: dict[str, Reference] = {}
-        self._reference_outputs: ReferenceOutputs | None = None
+        self._trusted_zygote: Zygote | None = None
+        self._server: ReferenceServer | None = None
+        self._parent_costs: dict[str, float] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> Verifier:
@@ -131,63 +146,55 @@ class Verifier:
         self.close()
 
     def close(self) -> None:
-        if self._zygote is not None:
-            self._zygote.close()
-            self._zygote = None
+        if self._server is not None:
+            self._server.close(self.keep_jobs)
+            self._server = None
+        for zygote in (self._zygote, self._trusted_zygote):
+            if zygote is not None:
+                zygote.close()
+        self._zygote = self._trusted_zygote = None
+
+    def _worker(self, existing: Zygote | None, root: Path, trusted: bool) -> Zygote:
+        if existing is not None and existing.alive():
+            return existing
+        # The workspace (checkpoint DB, run dirs, the trusted job's files) is hidden from jobs where bubblewrap runs.
+        return Zygote("kernelloop.tools.verify.harness", self.device, root, self.gpu_index, hide=[self.workspace],
+                      standby=self.standby, cache_dir=self.trusted_cache_dir if trusted else None,
+                      per_job_cache=not trusted)
 
     @property
     def zygote(self) -> Zygote:
-        if self._zygote is None or not self._zygote.alive():
-            # The workspace (checkpoint DB, run dirs) is hidden from candidates where bubblewrap runs.
-            self._zygote = Zygote("kernelloop.tools.verify.harness", self.device, self.root, self.gpu_index,
-                                  hide=[self.workspace], standby=self.standby, cache_dir=self.cache_dir,
-                                  read_only=[self.references_dir])
+        """The candidates' sandbox worker."""
+        self._zygote = self._worker(self._zygote, self.root, trusted=False)
         return self._zygote
 
+    @property
+    def trusted_zygote(self) -> Zygote:
+        """The sandbox worker of the reference jobs and baselines: no candidate code runs in it."""
+        self._trusted_zygote = self._worker(self._trusted_zygote, self.trusted_root, trusted=True)
+        return self._trusted_zygote
+
+    @property
+    def isolation(self) -> str:
+        """Which sandbox judged: 'bubblewrap' or 'plain'."""
+        return self.zygote.mode
+
     def _job(self, kind: str, **fields) -> dict:
-        job = {"kind": kind, "device": self.device, "seeds": self.seeds, "full_baselines": self.full_baselines, **fields}
+        job = {"kind": kind, "device": self.device, "full_baselines": self.full_baselines, **fields}
         if self.device == "cpu":
             job["memory_limit_bytes"] = CPU_MEMORY_LIMIT_BYTES
         return job
 
     # -- reference --------------------------------------------------------------------------
-    def reference(self, problem: Problem) -> tuple[Reference, float]:
-        """The problem's outputs on the trial inputs, computed once in its own child and kept in the
-        shared references dir. Returns the reference and the seconds spent on it now (0 when
-        this worker or another had it already)."""
-        key = hashlib.sha256(f"{problem.sha256}|{self.device}|{self.seeds}|{torch.__version__}|{HARNESS_SHA256}"
-                             .encode()).hexdigest()[:24]
-        if key in self._references:
-            return self._references[key], 0.0
-        started = time.perf_counter()
-        out_path, meta_path = self.references_dir / f"{key}.pt", self.references_dir / f"{key}.json"
-        if meta_path.is_file() and out_path.is_file():  # another worker (or an earlier run) made it
-            meta = json.loads(meta_path.read_text())
-            reference = Reference(out_path, meta["ops"], meta["warnings"], meta["trials"])
-            self._references[key] = reference
-            return reference, time.perf_counter() - started
-        job_dir = new_job_dir(self.root / "jobs", "ref-")
-        outcome = self.zygote.run(self._job("reference", problem_path=str(problem.path),
-                                            out_path=str(job_dir / "reference.pt")),
-                                  job_dir, self.run_timeout_s, self.run_timeout_s)
-        result = outcome.result or {}
-        if not result.get("ok"):
-            detail = result.get("reason") or _failure_reason(outcome) or "no result"
-            raise ProblemError(f"{problem.path}: the reference failed to run on {self.device}: {detail}")
-        reference = Reference(out_path, result["ops"], result["warnings"], result["trials"])
-        # The outputs first, then the metadata that says they are complete; each by an atomic
-        # rename, so a worker computing the same reference at once leaves the same files.
-        self.references_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "reference.pt").chmod(0o444)
-        os.replace(job_dir / "reference.pt", out_path)
-        meta_tmp = job_dir / "reference.json"
-        meta_tmp.write_text(json.dumps({"ops": reference.ops, "warnings": reference.warnings,
-                                        "trials": reference.trials, "problem": str(problem.path)}))
-        os.replace(meta_tmp, meta_path)
-        if not self.keep_jobs:
-            remove_job_dir(job_dir)
-        self._references[key] = reference
-        return reference, time.perf_counter() - started
+    def server(self, problem: Problem) -> ReferenceServer:
+        """The trusted job for `problem`, kept while the problems asked for stay the same."""
+        if self._server is not None and (self._server.problem.sha256 != problem.sha256 or not self._server.alive()):
+            self._server.close(self.keep_jobs)
+            self._server = None
+        if self._server is None:
+            self._server = ReferenceServer(self.trusted_zygote, problem, self.trusted_root, self._job("reference"),
+                                           self.run_timeout_s)
+        return self._server
 
     # -- candidate --------------------------------------------------------------------------
     def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
@@ -195,108 +202,177 @@ class Verifier:
         early = precheck(candidate, self.device, self.static_checks)
         if early is not None:
             return early
-        reference, reference_s = self.reference(problem)
+        server = self.server(problem)
+        made = server.make(secret_seeds(self.trials), variants=True)
+        # The reference's and the timing's share of this verification, kept out of the fixed cost.
+        self._parent_costs = {"reference_s": time.perf_counter() - started, "timing_s": 0.0}
         job_dir = new_job_dir(self.root / "jobs", "cand-")
         candidate_path = job_dir / "candidate.py"
         candidate_path.write_text(candidate.source)
-        job = self._job("candidate", problem_path=str(problem.path), candidate_path=str(candidate_path),
-                        ref_path=str(reference.path), tolerance=problem.tolerance, time_it=self.time_it)
-        outcome = self.zygote.run(job, job_dir, self.compile_timeout_s, self.run_timeout_s)
-        verdict = self._judge(outcome, reference, problem)
-        verdict.warnings = [*reference.warnings, *verdict.warnings, *self._interpreter_caveats(candidate, reference)]
-        candidate_costs = (outcome.result or {}).get("costs") or {}
-        verdict.cost_s = {**verdict.cost_s, "reference_s": reference_s, "child_s": outcome.elapsed_s,
+        job = self._job("candidate", candidate_path=str(candidate_path),
+                        inputs_path=str(hand_over(made, job_dir, "inputs.pt")),
+                        output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
+        session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES)
+        try:
+            verdict = self._converse(session, made, problem, server)
+        finally:
+            session.send({"done": {}})  # its last report (claims, costs), if it still follows the protocol
+            outcome = session.finish(wait_s=DONE_WAIT_S)
+        if verdict is None:
+            verdict = self._ended_early(outcome)
+        verdict.stdout_tail, verdict.stderr_tail = outcome.stdout_tail, outcome.stderr_tail
+        if verdict.status != Status.correct and not verdict.feedback.count("stderr (end)"):
+            verdict.feedback = _feedback(verdict.reason, outcome)
+        verdict.warnings = [*made.warnings, *verdict.warnings, *self._interpreter_caveats(candidate, made, outcome)]
+        verdict.isolation = self.zygote.mode
+        claims = (outcome.result or {}) if isinstance(outcome.result, dict) else {}
+        candidate_costs = {k: float(v) for k, v in (claims.get("costs") or {}).items() if isinstance(v, (int, float))}
+        candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s
+        verdict.cost_s = {**verdict.cost_s, **self._parent_costs, "child_s": outcome.elapsed_s,
                           **candidate_costs, "total_s": time.perf_counter() - started}
-        written_at = (outcome.result or {}).get("written_at")
+        written_at = claims.get("written_at")
         if isinstance(written_at, (int, float)):  # the child's exit after its result: CUDA context teardown
             verdict.cost_s["exit_s"] = max(0.0, outcome.ended_at - written_at)
         # What the verifier itself costs per candidate: everything but the candidate's own compile,
-        # trials and timing, and the reference (computed once per problem).
-        verdict.cost_s["fixed_s"] = verdict.cost_s["total_s"] - reference_s - sum(candidate_costs.values())
+        # trials and timing, and the reference.
+        verdict.cost_s["fixed_s"] = (verdict.cost_s["total_s"] - sum(self._parent_costs.values())
+                                     - sum(candidate_costs.values()))
         if not self.keep_jobs:
             remove_job_dir(job_dir)
         return verdict
 
-    def _judge(self, outcome: JobOutcome, reference: Reference, problem: Problem) -> Verdict:
-        base = {"device": self.device, "stdout_tail": outcome.stdout_tail, "stderr_tail": outcome.stderr_tail}
+    def _ended_early(self, outcome: JobOutcome) -> Verdict:
+        """The verdict of a job that ended before the parent had what it needed."""
+        base = {"device": self.device}
         if outcome.timed_out:
             limit = self.compile_timeout_s if outcome.phase == "compile" else self.run_timeout_s
             reason = f"timed out after {limit:g}s while {_while(outcome.phase)} (killed with its process group)"
-            return Verdict(status=Status.timeout, reason=reason, feedback=_feedback(reason, outcome), **base)
+            return Verdict(status=Status.timeout, reason=reason, **base)
         result = outcome.result
-        if result is None:
-            reason = _failure_reason(outcome)
-            return Verdict(status=Status.runtime_error, reason=reason, feedback=_feedback(reason, outcome), **base)
-        status = result["status"]
-        if status != "ran":
-            return Verdict(status=Status(status), reason=result["reason"],
-                           feedback=_feedback(result["reason"], outcome), **base)
+        status = result.get("status") if isinstance(result, dict) else None
+        if status in {s.value for s in Status} - {"correct"} and isinstance(result.get("reason"), str):
+            verdict = Verdict(status=Status(status), reason=result["reason"][:500], **base)
+            launches = result.get("launches")
+            verdict.own_kernels = sorted(launches) if isinstance(launches, dict) else []
+            return verdict
+        return Verdict(status=Status.runtime_error, reason=_failure_reason(outcome), **base)
 
-        launches = result.get("launches") or {}
-        own = sorted(launches)
-        cand_ops = set(result.get("ops") or [])
-        library_ops = sorted(set(reference.ops) & cand_ops)
-        base.update(own_kernels=own, library_ops=library_ops)
+    def _converse(self, session: JobSession, made: Made, problem: Problem, server: ReferenceServer) -> Verdict | None:
+        """Drive the candidate's child; None when it ended before reporting its trials."""
+        message = session.receive()
+        trials = message.get("trials") if message else None
+        if not isinstance(trials, dict):
+            return None
+        launches = trials.get("launches") if isinstance(trials.get("launches"), dict) else {}
+        cand_ops = {op for op in trials.get("ops") or [] if isinstance(op, str)}
+        library_ops = sorted(set(made.ops) & cand_ops)
+        base = {"device": self.device, "own_kernels": sorted(map(str, launches)), "library_ops": library_ops}
+        # Rules on what the candidate's process says it ran. Claims: it can only lie its way out
+        # of these, never into a speed it doesn't have (speed and correctness are decided here).
         if not launches:
-            reason = "no kernel of its own ran: forward launched no Triton kernel and no load_inline function"
-            return rejected(reason, **base)
-        if reference.ops and set(reference.ops) <= cand_ops:
-            reason = (f"leaves the work to torch: every compute op of the reference "
-                      f"({', '.join(reference.ops)}) still runs through torch beside its own kernels")
-            return rejected(reason, **base)
+            return rejected("no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
+                            **base)
+        if made.ops and set(made.ops) <= cand_ops:
+            return rejected(f"leaves the work to torch: every compute op of the reference ({', '.join(made.ops)}) "
+                            "still runs through torch beside its own kernels", **base)
         if self.strict and library_ops:
             return rejected(f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
         compare_started = time.perf_counter()
-        outputs = _load_outputs(outcome.job_dir / "outputs.pt")
-        if isinstance(outputs, str):
-            return rejected(outputs, **base)
-        store = self.reference_outputs
-        refs = store.for_compare(reference.path)
+        loaded = _load_outputs(session.job_dir / "trials.pt", "trials", made.outputs)
+        if isinstance(loaded, str):
+            return rejected(loaded, **base)
+        outputs, saved = loaded
+        refs = [self._on_compare_device(ref) for ref in made.outputs]
         worst_abs = worst_rel = 0.0
-        for trial, (out, ref) in enumerate(zip(outputs["trials"], refs[:-1])):
-            comparison = compare_outputs(out, ref, problem.tolerance, store.device)
+        for trial, (out, ref) in enumerate(zip(outputs, refs)):
+            comparison = compare_outputs(out, ref, problem.tolerance, self.compare_on)
             if not comparison.ok:
-                reason = f"{comparison.reason} (trial {trial + 1})"
-                return Verdict(status=Status.incorrect, reason=reason, max_abs_err=comparison.max_abs_err,
-                               rel_err=comparison.rel_err, trials=trial + 1, feedback=_feedback(reason, outcome), **base)
+                return Verdict(status=Status.incorrect, reason=f"{comparison.reason} (trial {trial + 1})",
+                               max_abs_err=comparison.max_abs_err, rel_err=comparison.rel_err, trials=trial + 1, **base)
             worst_abs, worst_rel = max(worst_abs, comparison.max_abs_err), max(worst_rel, comparison.rel_err)
-        fresh = compare_outputs(outputs["fresh"], refs[-1], problem.tolerance, store.device)
-        trials = len(outputs["trials"]) + 1
-        if not fresh.ok:
-            reason = (f"fresh inputs: right on the trial inputs but wrong on fresh inputs after timing "
-                      f"(caching results?): {fresh.reason}")
-            return Verdict(status=Status.incorrect, reason=reason, max_abs_err=fresh.max_abs_err,
-                           rel_err=fresh.rel_err, trials=trials, feedback=_feedback(reason, outcome), **base)
-        base["cost_s"] = {"compare_s": time.perf_counter() - compare_started, **(result.get("overhead") or {})}
-        verdict = Verdict(status=Status.correct, reason=f"correct on {trials} input sets", trials=trials,
-                          max_abs_err=max(worst_abs, fresh.max_abs_err), rel_err=max(worst_rel, fresh.rel_err), **base)
+        decoy = self._decoy(saved.get("skipped"), made, refs[0], problem)
+        if decoy:
+            return rejected(decoy, **base)
+        compare_s = time.perf_counter() - compare_started
+
+        timing_started = time.perf_counter()
+        if self.time_it:
+            session.advance("timing")
+        judged = drive_timing(session, server, made) if self.time_it else None
+        self._parent_costs["timing_s"] = time.perf_counter() - timing_started if self.time_it else 0.0
+        if isinstance(judged, str):  # the child broke off while being timed
+            return None
+
+        # A kernel faster than the reference's own work could be is judged on more sets (it may
+        # exploit structure honestly, or skip work that the trial values happened not to need).
+        extra = SCRUTINY_SETS if judged is not None and not isinstance(judged, str) and judged.less_work_than_reference else 0
+        fresh_started = time.perf_counter()
+        fresh_made = server.make(secret_seeds(1 + extra), variants=False)
+        self._parent_costs["reference_s"] += time.perf_counter() - fresh_started
+        fresh_path = hand_over(fresh_made, session.job_dir, "fresh_inputs.pt")
+        session.advance("fresh")
+        if not session.send({"fresh": {"inputs_path": str(fresh_path)}}):
+            return None
+        answer = session.receive()
+        if not answer or not isinstance(answer.get("fresh"), dict):
+            return None
+        found = answer["fresh"].get("found")
+        if isinstance(found, str) and found:
+            return rejected(found[:300], **base)
+        loaded = _load_outputs(session.job_dir / "fresh.pt", "fresh", fresh_made.outputs)
+        if isinstance(loaded, str):
+            return rejected(loaded, **base)
+        fresh, _ = loaded
+        trials_run = len(outputs)
+        for index, (out, ref) in enumerate(zip(fresh, fresh_made.outputs)):
+            checked = compare_outputs(out, self._on_compare_device(ref), problem.tolerance, self.compare_on)
+            trials_run += 1
+            if not checked.ok:
+                what = ("fresh inputs: right on the trial inputs but wrong on fresh inputs after timing (caching results?)"
+                        if index == 0 else "extra input sets (it does less work than the reference): wrong on one")
+                return Verdict(status=Status.incorrect, reason=f"{what}: {checked.reason}", max_abs_err=checked.max_abs_err,
+                               rel_err=checked.rel_err, trials=trials_run, **base)
+            worst_abs, worst_rel = max(worst_abs, checked.max_abs_err), max(worst_rel, checked.rel_err)
+        overhead = trials.get("overhead") if isinstance(trials.get("overhead"), dict) else {}
+        base["cost_s"] = {"compare_s": compare_s,
+                          **{k: float(v) for k, v in overhead.items() if isinstance(v, (int, float))}}
+        verdict = Verdict(status=Status.correct, reason=f"correct on {trials_run} input sets", trials=trials_run,
+                          max_abs_err=worst_abs, rel_err=worst_rel, **base)
         if library_ops:
             verdict.warnings.append(f"library ops still run through torch: {', '.join(library_ops)}")
         if self.device == "cpu":
             verdict.warnings.append("CPU (Triton interpreter): correctness only, no speed measured")
-        verdict.feedback = f"Correct on {trials} input sets (max_abs_err={verdict.max_abs_err:.3g}, rel_err={verdict.rel_err:.3g})."
-        if result.get("timing"):
-            return _with_speed(verdict, judge_speed(result["timing"]))
+        verdict.feedback = f"Correct on {trials_run} input sets (max_abs_err={verdict.max_abs_err:.3g}, rel_err={verdict.rel_err:.3g})."
+        if judged is not None:
+            return _with_speed(verdict, judged)
         return verdict
 
-    def _interpreter_caveats(self, candidate: Candidate, reference: Reference) -> list[str]:
-        """Known ways Triton's CPU interpreter differs from a GPU that a verdict here may reflect."""
-        if self.device != "cpu" or "tl.dot" not in candidate.source:
-            return []
-        outputs = [t for trial in self.reference_outputs.mapped(reference.path) for t in trial
-                   if isinstance(t, torch.Tensor)]
-        if not any(t.dtype == torch.bfloat16 for t in outputs):
-            return []
-        return ["Triton's CPU interpreter computes bf16 tl.dot wrongly (triton-lang/triton#11584): "
-                "a mismatch here may be the interpreter's; check on a GPU"]
+    def _decoy(self, skipped: object, made: Made, ref: list, problem: Problem) -> str | None:
+        """A forward that is still right with its own Triton kernels skipped left the work to
+        something else (torch under other op names, numpy, a cached copy). Not judged where the
+        reference is near zero or constant: unwritten memory can match those."""
+        if made.warnings or not isinstance(skipped, list):
+            return None
+        if compare_outputs(skipped, ref, problem.tolerance, self.compare_on).ok:
+            return ("decoy kernel: with its own Triton kernels skipped the output is still right, so the work is done "
+                    "elsewhere (torch, numpy or a copy); compute the result in your own kernels")
+        return None
 
-    @property
-    def reference_outputs(self) -> ReferenceOutputs:
-        """Reference outputs, loaded once per problem and kept; on this worker's GPU when it has one."""
-        if self._reference_outputs is None:
-            self._reference_outputs = ReferenceOutputs(compare_device(self.device, self.gpu_index, self.gpu_compare))
-        return self._reference_outputs
+    def _on_compare_device(self, outputs: list) -> list:
+        return [t.to(self.compare_on) if isinstance(t, torch.Tensor) else t for t in outputs]
+
+    def _interpreter_caveats(self, candidate: Candidate, made: Made, outcome: JobOutcome) -> list[str]:
+        """Known ways Triton's CPU interpreter differs from a GPU that a verdict here may reflect."""
+        if self.device != "cpu" or "triton" not in candidate.source:
+            return []
+        claims = outcome.result if isinstance(outcome.result, dict) else {}
+        caveats = [interpreter_order.caveat(shuffled=claims.get("interpreter_shuffled") is True)]
+        bf16 = any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for outs in made.outputs for t in outs)
+        if "tl.dot" in candidate.source and bf16:
+            caveats.append("Triton's CPU interpreter computes bf16 tl.dot wrongly (triton-lang/triton#11584): "
+                           "a mismatch here may be the interpreter's; check on a GPU")
+        return caveats
 
     # -- baselines alone ----------------------------------------------------------------------
     def time_baselines(self, problem: Problem) -> dict:
@@ -304,9 +380,10 @@ class Verifier:
         Returns {"timings": {name: TimingStats}, "compile_s": {...}, "profile": {...}}."""
         if self.device != "cuda":
             raise ValueError("timing baselines needs a CUDA GPU (--device cuda)")
-        job_dir = new_job_dir(self.root / "jobs", "base-")
-        outcome = self.zygote.run(self._job("baselines", problem_path=str(problem.path)), job_dir,
-                                  self.compile_timeout_s, self.run_timeout_s)
+        job_dir = new_job_dir(self.trusted_root / "jobs", "base-")
+        outcome = self.trusted_zygote.run(self._job("baselines", problem_path=str(problem.path),
+                                                     seeds=list(range(1, self.trials + 1))),
+                                           job_dir, self.compile_timeout_s, self.run_timeout_s)
         result = outcome.result or {}
         if result.get("status") != "ran":
             raise ProblemError(f"{problem.path}: timing the baselines failed: "
@@ -322,6 +399,7 @@ def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
     """Attach timings and cross-checks to a correct verdict; a failed cross-check rejects it."""
     verdict.timings, verdict.speedups, verdict.speedup = judged.timings, judged.speedups, judged.speedup
     verdict.noise_floor, verdict.win, verdict.gpu, verdict.profile = judged.noise_floor, judged.win, judged.gpu, judged.profile
+    verdict.speed_source = judged.speed_source
     verdict.suspicious += judged.suspicious
     verdict.warnings += judged.warnings
     if judged.rejection:
@@ -331,19 +409,24 @@ def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
     return verdict
 
 
-def _load_outputs(path: Path) -> dict | str:
-    """The outputs the child saved, memory-mapped (each chunk is read once, straight to where it is
-    compared; nothing of the job still runs: the sandbox ends it all before reporting its exit), or
-    why they can't be judged. The candidate's process wrote this file, so anything may be in it."""
+def _load_outputs(path: Path, key: str, like: list[list]) -> tuple[list[list], dict] | str:
+    """The outputs the child saved under `key` (one list per input set, like the reference's
+    `like`) and the whole saved dict, or why they can't be judged. The candidate's process wrote
+    this file and may still be running, so anything may be in it: it is read as a regular file
+    of bounded size into this process's memory, never followed through a link, never mapped."""
+    limit = 2 * (sum(map(_nbytes, like)) + OUTPUT_FILE_SLACK_BYTES * (1 + len(like)))  # room for the decoy run
     try:
-        outputs = torch.load(path, weights_only=True, mmap=True)
-        if not (isinstance(outputs, dict) and isinstance(outputs.get("trials"), list)
-                and all(isinstance(o, list) for o in outputs["trials"]) and isinstance(outputs.get("fresh"), list)):
-            raise ValueError("not the {trials, fresh} lists the harness saves")
+        with open_bounded(path, limit) as handle:
+            saved = torch.load(handle, weights_only=True)
+        outputs = saved.get(key) if isinstance(saved, dict) else None
+        if not (isinstance(outputs, list) and len(outputs) == len(like) and all(isinstance(o, list) for o in outputs)):
+            raise ValueError(f"not the {key} lists the harness saves")
+    except FileNotFoundError:
+        return f"unreadable outputs: the candidate's process left no {path.name}"
     except Exception as exc:  # noqa: BLE001 - any failure to read them is the verdict, never a crash here
         detail = error_line(exc)[:200]
         return f"unreadable outputs: the candidate's process left an outputs file that cannot be judged ({detail})"
-    return outputs
+    return outputs, saved
 
 
 def _failure_reason(outcome: JobOutcome) -> str:

@@ -1,0 +1,60 @@
+"""What both of the verifier's child programs need: seeding, device moves, the op recorder.
+
+The trusted reference job (reference_job.py) and the candidate's child (harness.py) run in
+different processes; this module holds only code with no say in a verdict by itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+INIT_SEED = 42
+# aten ops that move, view or allocate memory but compute nothing: they don't count as
+# "the reference's compute", and a candidate may call them freely around its kernels.
+NON_COMPUTE_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "fill", "fill_",
+    "zero_", "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "permute", "transpose",
+    "t", "as_strided", "select", "slice", "unsqueeze", "squeeze", "contiguous", "clone", "copy_",
+    "_to_copy", "detach", "alias", "lift_fresh", "split", "split_with_sizes", "chunk", "unbind",
+    "flatten", "view_as", "arange", "randn", "rand", "normal_", "uniform_", "lift_fresh_copy",
+    "_local_scalar_dense", "item", "sym_size", "sym_stride", "sym_numel", "is_contiguous",
+    "unsafe_split", "narrow", "diagonal", "movedim", "unflatten", "expand_as", "resize_", "set_",
+})
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the aten ops a forward dispatches (names without overload)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func._schema.name.split("::")[-1]] += 1
+        return func(*args, **(kwargs or {}))
+
+    def compute_ops(self) -> list[str]:
+        return sorted(op for op in self.ops if op.rstrip("_") not in NON_COMPUTE_OPS and op not in NON_COMPUTE_OPS)
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def to_device(values: list, device: str) -> list:
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def cpu_outputs(outputs: list) -> list:
+    return [o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs]

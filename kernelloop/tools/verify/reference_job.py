@@ -1,0 +1,130 @@
+"""The trusted child: everything the verdict needs from running the problem, in a process where no
+candidate code ever runs.
+
+One long-lived job per problem (its own zygote, its own sandbox): it imports the problem, builds
+Model once, and then answers the parent on its channel:
+  make      inputs for the seeds the parent drew (secret to the candidate), and the reference's
+            outputs on them; inputs and outputs go to separate files, and only the inputs file
+            ever reaches the candidate's job
+  timing    eager, torch.compile and the problem's own baselines, set up on the last inputs made
+  block     rounds of those baselines, timed with events (GPU)
+  back      back-to-back calls of eager, which the parent times with its own clock
+  close     the end
+The candidate's process never holds reference outputs, baseline timings or anything else the
+verdict is decided from (DESIGN.md, "The trust boundary").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelloop.problem import import_source
+from kernelloop.sandbox.channel import Channel
+from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, cpu_outputs, seed_all, synchronize, to_device
+from kernelloop.tools.verify.compare import flatten_outputs
+
+
+def degenerate_output_warnings(outputs: list) -> list[str]:
+    """A reference whose output is near zero or constant can be matched by a kernel that computes nothing."""
+    warnings = []
+    for index, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
+            continue
+        values = out.detach().double()
+        if float(values.abs().max()) < 1e-6:
+            warnings.append(f"output {index} of the reference is near zero (max |x| < 1e-6): zeros would pass elementwise checks")
+        elif out.numel() > 1 and float(values.std()) == 0.0:
+            warnings.append(f"output {index} of the reference is constant: a kernel could return it without computing")
+    return warnings
+
+
+class ReferenceJob:
+    """The problem's Model, its inputs for any seed, and its baselines."""
+
+    def __init__(self, job: dict[str, Any]):
+        self.device = job["device"]
+        self.problem = import_source(Path(job["problem_path"]), "kernelloop_reference")
+        seed_all(INIT_SEED)
+        self.init_inputs = list(self.problem.get_init_inputs())
+        self.model = self.problem.Model(*self.init_inputs).to(self.device)
+        self.ops: list[str] | None = None
+        self.full_baselines = bool(job.get("full_baselines"))
+        self._timing: Any = None  # the baselines' Rounds, once set up
+        self.sets: list[list] = []
+        self.last_sets: list[list] = []  # the input sets of the last `make`: the ones a candidate is timed on
+
+    def inputs_for(self, seeds: list[int], variants: bool) -> list[list]:
+        """One input set per seed; with `variants`, the problem's extra shapes go before the last."""
+        sets = []
+        for seed in seeds:
+            seed_all(seed)
+            sets.append(list(self.problem.get_inputs()))
+        if variants and hasattr(self.problem, "get_input_variants"):
+            seed_all(seeds[0])
+            extra = [list(v) for v in self.problem.get_input_variants()]
+            sets = sets[:-1] + extra + sets[-1:]
+        return sets
+
+    def make(self, request: dict[str, Any]) -> dict[str, Any]:
+        sets = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
+        outputs = []
+        with torch.no_grad():
+            for inputs in sets:
+                if self.ops is None:
+                    recorder = OpRecorder()
+                    with recorder:
+                        out = self.model(*to_device(inputs, self.device))
+                    self.ops = recorder.compute_ops()
+                else:
+                    out = self.model(*to_device(inputs, self.device))
+                synchronize(self.device)
+                outputs.append(cpu_outputs(flatten_outputs(out)))
+        self.last_sets = sets
+        torch.save({"inputs": sets, "init_inputs": self.init_inputs}, request["inputs_path"])
+        torch.save({"outputs": outputs}, request["outputs_path"])
+        return {"sets": len(sets), "ops": self.ops, "warnings": degenerate_output_warnings(outputs[0])}
+
+    def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
+        from kernelloop.tools.profile.measure import _roofline as roofline_of, baseline_callables
+        from kernelloop.tools.profile.timing import cuda_rounds
+
+        # The baselines are built (and torch.compile'd) once per problem; each verification puts its
+        # own input sets into the same list, which their callables read, so nothing recompiles.
+        fresh_sets = [to_device(inputs, self.device) for inputs in self.last_sets]
+        if self._timing is None or len(fresh_sets) != len(self.sets):
+            self.sets = fresh_sets
+            fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
+                                                                 self.full_baselines)
+            self._timing = cuda_rounds(fns, len(self.sets))
+            self.roofline = roofline_of(self.eager, self.sets)
+        else:
+            self.sets[:] = fresh_sets
+        hold_ms = self._timing.warm()
+        return {"names": list(self._timing.fns), "compile_s": self.compile_s, "hold_ms": hold_ms,
+                "roofline": self.roofline, "device_name": torch.cuda.get_device_name()}
+
+    def block(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"samples_ms": self._timing.block(int(request["rounds"]))}
+
+    def back_to_back(self, request: dict[str, Any]) -> dict[str, Any]:
+        from kernelloop.tools.profile.timing import back_to_back
+
+        back_to_back(self._timing.fns[request.get("name", "eager")], len(self.sets), int(request["calls"]))
+        return {}
+
+
+def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    reference = ReferenceJob(job)
+    handlers = {"make": reference.make, "timing": reference.setup_timing, "block": reference.block,
+                "back": reference.back_to_back}
+    channel.send({"ready": {}})
+    while True:
+        request = channel.receive()
+        kind = next(iter(request), None)
+        if kind == "close" or kind not in handlers:
+            return {"status": "closed"}
+        with torch.no_grad():
+            channel.send({kind: handlers[kind](request[kind])})

@@ -1,0 +1,112 @@
+"""The parent's side of the trusted reference job (reference_job.py): one per problem, in its own
+sandbox worker, alive while the verifier judges candidates of that problem.
+
+It draws nothing and decides nothing: the parent picks the seeds (fresh and secret for every
+verification), the job makes the inputs and the reference's outputs on them, and the parent reads
+the outputs into its own memory and deletes the file before any candidate runs. Only the inputs
+file goes on to the candidate's job dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernelloop.problem import Problem, ProblemError
+from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
+from kernelloop.sandbox.safe_io import UnsafeFileError, open_bounded
+
+
+@dataclass
+class Made:
+    """One batch of input sets: where their inputs file is, and the reference's outputs on them."""
+
+    inputs_path: Path
+    outputs: list[list]
+    ops: list[str]
+    warnings: list[str]
+
+
+class ReferenceServer:
+    """The trusted job for one problem, started on first use and closed with `close()`."""
+
+    def __init__(self, zygote: Zygote, problem: Problem, root: Path, job: dict, timeout_s: float):
+        self.problem, self.root, self.timeout_s = problem, root, timeout_s
+        self.job_dir = new_job_dir(root / "jobs", "ref-")
+        self.session: JobSession = zygote.start({**job, "kind": "reference", "problem_path": str(problem.path)},
+                                                self.job_dir, timeout_s, timeout_s, phases=())
+        self.ops: list[str] = []
+        self.warnings: list[str] = []
+        self._count = 0
+        self.ask("ready", None)
+
+    def ask(self, kind: str, request: dict | None) -> dict:
+        """Send one request (or none, for `ready`) and wait for its answer."""
+        self.session.restart_clock()
+        if request is not None:
+            self.session.send({kind: request})
+        message = self.session.receive()
+        if message is None or not isinstance(message.get(kind), dict):
+            raise ProblemError(f"{self.problem.path}: the reference failed on its device: {self._why()}")
+        return message[kind]
+
+    def _why(self) -> str:
+        outcome: JobOutcome = self.session.finish()
+        result = outcome.result or {}
+        if result.get("reason"):
+            return str(result["reason"])
+        if outcome.timed_out:
+            return f"timed out after {self.timeout_s:g}s"
+        stderr = outcome.stderr_tail.strip().splitlines()
+        return f"exited with code {outcome.exit_code}" + (f": {stderr[-1]}" if stderr else "")
+
+    def make(self, seeds: list[int], variants: bool) -> Made:
+        """Inputs for `seeds` and the reference's outputs on them, the outputs in this process only."""
+        self._count += 1
+        inputs_path = self.job_dir / f"inputs-{self._count}.pt"
+        outputs_path = self.job_dir / f"outputs-{self._count}.pt"
+        answer = self.ask("make", {"seeds": seeds, "variants": variants, "inputs_path": str(inputs_path),
+                                   "outputs_path": str(outputs_path)})
+        # Written by the trusted job, but in a dir a plain-mode candidate could reach: opened the
+        # same careful way, read into this process, and gone before any candidate runs.
+        try:
+            with open_bounded(outputs_path, outputs_path.stat().st_size) as handle:
+                outputs = torch.load(handle, weights_only=True)["outputs"]
+        except (OSError, UnsafeFileError) as exc:
+            raise ProblemError(f"{self.problem.path}: the reference's outputs could not be read: {exc}") from None
+        finally:
+            outputs_path.unlink(missing_ok=True)
+        self.ops = list(answer.get("ops") or self.ops)
+        self.warnings = list(answer.get("warnings") or [])
+        return Made(inputs_path, outputs, self.ops, self.warnings)
+
+    def timed(self, kind: str, request: dict) -> tuple[dict, float]:
+        """Ask, and return the answer with the parent's own clock (ms) around it."""
+        started = time.perf_counter()
+        answer = self.ask(kind, request)
+        return answer, (time.perf_counter() - started) * 1000.0
+
+    def alive(self) -> bool:
+        return not self.session.ended
+
+    def close(self, keep: bool = False) -> None:
+        self.session.send({"close": {}})
+        self.session.finish()
+        if not keep:
+            remove_job_dir(self.job_dir)
+
+
+def hand_over(made: Made, job_dir: Path, name: str) -> Path:
+    """Move an inputs file into a candidate's job dir (a rename where both share a filesystem)."""
+    target = job_dir / name
+    try:
+        os.replace(made.inputs_path, target)
+    except OSError:
+        shutil.copyfile(made.inputs_path, target)
+        made.inputs_path.unlink(missing_ok=True)
+    return target
