@@ -19,7 +19,6 @@ from kernelloop.tools.profile.roofline import (
     output_floor_ms,
     peak_key_for,
     peaks_for,
-    reference_floor_ms,
     roofline_position,
 )
 
@@ -168,8 +167,8 @@ def test_output_floor_ignores_flops_and_inputs_the_reference_floor_counts_them()
                       fp8_tflops=None, memory_gb_per_s=1.0, source="test")
     # 1 GB/s is 1e6 bytes per ms; 1 TFLOP/s is 1e9 FLOP per ms
     assert output_floor_ms(2_000_000, toy) == pytest.approx(2.0)
-    assert reference_floor_ms(5 * 10**9, 3_000_000, toy, "fp32") == pytest.approx(5.0)  # compute-bound
-    assert reference_floor_ms(0, 3_000_000, toy, "fp32") == floor_ms(0, 3_000_000, toy, "fp32") == pytest.approx(3.0)
+    assert floor_ms(5 * 10**9, 3_000_000, toy, "fp32") == pytest.approx(5.0)  # compute-bound: the reference's floor
+    assert floor_ms(0, 3_000_000, toy, "fp32") == pytest.approx(3.0)
 
 
 def test_measure_roofline_keeps_the_reference_floor_and_adds_the_output_floor(monkeypatch):
@@ -180,7 +179,7 @@ def test_measure_roofline_keeps_the_reference_floor_and_adds_the_output_floor(mo
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H100 80GB HBM3")
     n = 4096
     a, b = torch.empty(n, device="meta"), torch.empty(n, n, device="meta")
-    roof = measure._roofline(lambda x, y: torch.diag(x) @ y, [[a, b]])
+    roof = measure.roofline_of(lambda x, y: torch.diag(x) @ y, [[a, b]])
     assert roof["flops"] == 2 * n**3
     assert roof["bytes"] == (n + 2 * n * n) * 4
     assert roof["output_bytes"] == n * n * 4
@@ -188,6 +187,6 @@ def test_measure_roofline_keeps_the_reference_floor_and_adds_the_output_floor(mo
     assert roof["compute_floor_ms"] == pytest.approx(2 * n**3 / 494.7e9)  # 0.2778 ms
     assert roof["compute_floor_ms"] == pytest.approx(0.2778, abs=1e-4)
     assert roof["memory_floor_ms"] == pytest.approx((n + 2 * n * n) * 4 / 3.35e9)
-    assert roof["floor_ms"] == roof["reference_floor_ms"] == roof["compute_floor_ms"]
+    assert roof["floor_ms"] == roof["compute_floor_ms"]
     assert roof["output_floor_ms"] == pytest.approx(n * n * 4 / 3.35e9)  # 0.0200 ms
     assert roof["output_floor_ms"] < 0.0997 < roof["floor_ms"]  # the rejected kernel's time lies between

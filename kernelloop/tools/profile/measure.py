@@ -60,10 +60,10 @@ def baseline_callables(problem, device: str, sets: list[list], init_seed: int, f
     return fns, compile_s, eager
 
 
-def _roofline(eager, sets: list[list]) -> dict[str, Any]:
+def roofline_of(eager, sets: list[list]) -> dict[str, Any]:
     """The reference's FLOPs (torch's formulas) and bytes, and the two floors on this GPU.
 
-    floor_ms (also reference_floor_ms): max(compute_floor_ms, memory_floor_ms), the least the
+    floor_ms: max(compute_floor_ms, memory_floor_ms), the least the
     reference's own work takes; a kernel that exploits structure may legitimately beat it.
     output_floor_ms: output_bytes over the bandwidth, the least any correct kernel takes.
     """
@@ -79,7 +79,7 @@ def _roofline(eager, sets: list[list]) -> dict[str, Any]:
     compute_ms, memory_ms = roofline.floor_parts_ms(flops, bytes_moved, peaks, key)
     return {"flops": flops, "bytes": bytes_moved, "output_bytes": output_bytes, "peak_key": key,
             "peaks": peaks.name, "compute_floor_ms": compute_ms, "memory_floor_ms": memory_ms,
-            "floor_ms": max(compute_ms, memory_ms), "reference_floor_ms": max(compute_ms, memory_ms),
+            "floor_ms": max(compute_ms, memory_ms),
             "output_floor_ms": roofline.output_floor_ms(output_bytes, peaks)}
 
 
@@ -90,5 +90,5 @@ def measure_baselines(problem, input_sets: list[list], device: str, job: dict) -
     nvml_index = gpu.nvml_index_for_cuda_device(0)
     with gpu.measure_around(nvml_index if nvml_index is not None else 0) as state:
         samples = timing.time_interleaved(fns, len(sets), candidate=EAGER)
-    return {"samples_ms": samples, "compile_s": compile_s, "roofline": _roofline(eager, sets),
+    return {"samples_ms": samples, "compile_s": compile_s, "roofline": roofline_of(eager, sets),
             "gpu": state.model_dump(), "device_name": torch.cuda.get_device_name()}

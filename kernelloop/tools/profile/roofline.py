@@ -6,7 +6,7 @@ Two floors, for two different uses:
     right: they are bound by bytes) and every input read once, every output written once.
     A correct kernel may do far less than that (a diagonal or triangular operand, a rank-1
     factor, a mask that zeroes most of the output), so a time under it is a reason to look
-    closer, never proof of a cheat. `floor_ms` / `reference_floor_ms`.
+    closer, never proof of a cheat (`floor_ms`).
   * the output floor, output bytes / bandwidth: whatever the structure, a correct kernel
     writes its output at least once. Nothing from FLOPs or inputs, which a kernel may skip.
     A time under it is impossible for any correct kernel. `output_floor_ms`.
@@ -246,15 +246,6 @@ def floor_ms(flops: int, bytes_moved: int, peaks: DevicePeaks, dtype: str) -> fl
     reference's own work takes, not a bound on a kernel that does less (see output_floor_ms).
     """
     return max(floor_parts_ms(flops, bytes_moved, peaks, dtype))
-
-
-def reference_floor_ms(flops: int, bytes_moved: int, peaks: DevicePeaks, dtype: str) -> float:
-    """The floor of the reference's work (its FLOPs, its bytes): floor_ms under the name that says so.
-
-    A time under it means the kernel does less work than the reference (or the timing is off):
-    a reason for more scrutiny, not a verdict.
-    """
-    return floor_ms(flops, bytes_moved, peaks, dtype)
 
 
 def output_floor_ms(output_bytes: int, peaks: DevicePeaks) -> float:

@@ -88,7 +88,7 @@ class ReferenceJob:
         return {"sets": len(sets), "ops": self.ops, "warnings": degenerate_output_warnings(outputs[0])}
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
-        from kernelloop.tools.profile.measure import _roofline as roofline_of, baseline_callables
+        from kernelloop.tools.profile.measure import baseline_callables, roofline_of
         from kernelloop.tools.profile.timing import cuda_rounds
 
         # The baselines are built (and torch.compile'd) once per problem; each verification puts its
