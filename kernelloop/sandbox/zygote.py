@@ -44,7 +44,8 @@ from kernelloop.sandbox.isolation import apply_child_limits
 
 PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
 PR_SET_CHILD_SUBREAPER = 36  # prctl option: orphaned descendants become this process's children
-# Rounds of killing inherited orphans after a job: each round's kills orphan the next generation.
+# Rounds of looking for what a job left behind, stopping each find; a stopped process forks no more,
+# so rounds are needed only for processes that forked while the last round looked.
 ORPHAN_ROUNDS = 64
 # The most a job waits for its standby's prepare(); the parent gives up on a fork after 60 s.
 READY_TIMEOUT_S = 30.0
@@ -155,9 +156,10 @@ class _Lines:
             self.fill()
 
 
-def _children() -> list[int]:
-    """The zygote's live children, from /proc (ppid is the 4th field, after the parenthesised name)."""
-    me, found = os.getpid(), []
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process in sight, from /proc (ppid is the 4th field, after the
+    parenthesised name, which may itself hold spaces or parentheses)."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -165,24 +167,38 @@ def _children() -> list[int]:
             stat = Path("/proc", entry, "stat").read_text()
         except OSError:  # it ended while we looked
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-            found.append(int(entry))
+        found[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
     return found
 
 
+def _descendants() -> set[int]:
+    parents, tree, frontier = _parents(), set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - tree
+        tree |= frontier
+    return tree
+
+
 def _end_orphans() -> None:
-    """Kill and reap every child the zygote has; between jobs these can only be what a job left
-    behind outside its process group."""
+    """End every process the zygote has under it; between jobs these can only be what a job left
+    behind outside its process group. Stop them all first, as often as new ones show (a stopped
+    process can't fork, so this ends), then kill: killing generation by generation let a chain
+    87 deep outlive 64 rounds."""
+    stopped: set[int] = set()
     for _ in range(ORPHAN_ROUNDS):
-        children = _children()
-        if not children:
+        found = _descendants() - stopped
+        if not found:
             break
-        for pid in children:
+        for pid in found:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in children:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= found
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):  # reap them as they come to the subreaper
+        while True:
+            os.waitpid(-1, 0)
 
 
 def _kill_group(pid: int) -> None:

@@ -48,6 +48,20 @@ def _daemon(marker: str) -> str:
     return "left a daemon"
 
 
+def _chain(depth_and_marker: str) -> str:
+    """A chain of processes deeper than any number of kill-and-reap rounds: each one forks the next
+    in a new session and becomes `sleep MARKER`, leaving its child to the zygote."""
+    depth, marker = depth_and_marker.split(":")
+    if os.fork() == 0:
+        for _ in range(int(depth)):
+            os.setsid()
+            if os.fork() != 0:
+                os.execvp("sleep", ["sleep", marker])
+        os.execvp("sleep", ["sleep", marker])
+    time.sleep(1.0)  # let the chain grow
+    return "left a chain"
+
+
 ACTIONS = {  # name -> f(argument, job)
     "connect": lambda port, job: _connect(port),
     "write": lambda path, job: Path(path).write_text("escaped") and "written",
@@ -57,6 +71,7 @@ ACTIONS = {  # name -> f(argument, job)
     "spin": lambda seconds, job: _spin(seconds),
     "spawn_and_hang": lambda marker, job: _spawn_and_hang(marker),
     "daemon": lambda marker, job: _daemon(marker),
+    "chain": lambda depth_and_marker, job: _chain(depth_and_marker),
     "env": lambda name, job: os.environ.get(name, "<unset>"),
     "read_job_path": lambda key, job: Path(job[key]).read_text(),  # a file the runner may have staged
     "write_job_path": lambda key, job: Path(job[key]).write_text("tampered") and "written",

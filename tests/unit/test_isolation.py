@@ -232,6 +232,21 @@ def test_a_daemon_left_by_a_job_is_gone_before_its_exit_is_reported(workspace, m
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_chain_deeper_than_any_kill_round_is_gone_with_its_job(workspace, mode):
+    """A review's attack: nested processes in new sessions, 87 deep, outlived the job and rewrote a
+    later candidate's outputs. The zygote stops the whole tree first (a stopped process can't
+    fork), then kills it."""
+    marker = f"{6000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6}"
+    zygote = start(workspace, mode)
+    try:
+        outcome = zygote.run(probe_job({"chain": ("chain", f"150:{marker}")}), jobs(workspace) / "chain", 30, 30)
+        assert outcome.result == {"chain": "ok: left a chain"}
+        assert not sleepers(marker), f"{len(sleepers(marker))} processes of the chain outlived their job"
+    finally:
+        zygote.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_killed_orchestrator_takes_its_jobs_with_it(tmp_path, workspace, mode):
     """SIGKILL of the process holding the zygote: the zygote sees stdin close, kills the job's
     group and exits; nothing keeps running."""
