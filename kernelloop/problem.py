@@ -1,7 +1,9 @@
 """Problems and candidates: load, validate, hash.
 
 A problem is a KernelBench-format Python file: `class Model(nn.Module)`, `get_inputs()`,
-`get_init_inputs()`, and optionally `get_baselines()`, `TOLERANCE`, `get_input_variants()`.
+`get_init_inputs()`, and optionally `get_baselines()`, `TOLERANCE`, `get_input_variants()`, and
+`INPUT_SCALES` (factors the floating inputs may be scaled by and stay valid: the verifier checks
+those too, so an approximation exact only on the usual range fails).
 Problems are trusted code (the user's own or a benchmark's) and are imported here.
 
 A candidate is untrusted source with `class ModelNew(nn.Module)`. It is only parsed here,
@@ -26,7 +28,7 @@ from kernelloop import source_ast
 from kernelloop.errors import error_line
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants")
+OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES")
 _KB_NAME = re.compile(r"^(\d+)_(.+)\.py$")
 
 
@@ -125,6 +127,9 @@ class Problem:
         tolerance = getattr(module, "TOLERANCE", None)
         if tolerance is not None and not isinstance(tolerance, dict):
             raise ProblemError(f"{self.path}: TOLERANCE must be a dict like {{'float32': {{'atol': 1e-4, 'rtol': 1e-4}}}}")
+        scales = getattr(module, "INPUT_SCALES", ())
+        if not (isinstance(scales, (tuple, list)) and all(isinstance(x, (int, float)) and x > 0 for x in scales)):
+            raise ProblemError(f"{self.path}: INPUT_SCALES must be a tuple of positive numbers like (1e-3, 1e3)")
 
 
 @dataclass(frozen=True)

@@ -62,9 +62,14 @@ class ReferenceJob:
         for seed in seeds:
             seed_all(seed)
             sets.append(list(self.problem.get_inputs()))
-        if variants and hasattr(self.problem, "get_input_variants"):
-            seed_all(seeds[0])
-            extra = [list(v) for v in self.problem.get_input_variants()]
+        if variants:
+            extra = []
+            if hasattr(self.problem, "get_input_variants"):
+                seed_all(seeds[0])
+                extra = [list(v) for v in self.problem.get_input_variants()]
+            # Scaled copies of the first set, where the problem says such inputs are valid too.
+            extra += [[v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in sets[0]]
+                      for scale in getattr(self.problem, "INPUT_SCALES", ())]
             sets = sets[:-1] + extra + sets[-1:]
         return sets
 
