@@ -30,8 +30,8 @@ from kernelloop.config import EndpointConfig, workspace_dir
 from kernelloop.errors import error_line
 from kernelloop.graph.context import RunEvent
 from kernelloop.graph.report import RunSummary
-from kernelloop.problem import Candidate, Problem, sha256_text
-from kernelloop.results import Verdict
+from kernelloop.problem import Candidate, Problem, ProblemError, sha256_text
+from kernelloop.results import Status, Verdict
 from kernelloop.tools.verify.pool import VerifierPool, local_devices, make_pool
 from kernelloop.solve import RunCancelled
 
@@ -167,6 +167,8 @@ class JobStatus(BaseModel):
     events: int = 0
     best_kernel: str | None = Field(default=None, description="solve: the source of the best attempt so far")
     verdict: Verdict | None = Field(default=None, description="verify and profile: the verifier's verdict")
+    problem_error: str | None = Field(default=None, description="verify and profile: the problem itself failed (its "
+                                      "reference could not be made), not the candidate; the verdict says so too")
     profile: dict[str, Any] | None = Field(default=None, description="profile: the verdict's profiler summary")
 
     @property
@@ -221,6 +223,15 @@ def _describe(event: RunEvent) -> str:
     parts = [f"round {event.round}" if event.round else "", event.kind, event.attempt_id or "",
              f"({event.status})" if event.status else ""]
     return " ".join(p for p in parts if p)
+
+
+def problem_failed_verdict(exc: ProblemError, device: str) -> Verdict:
+    """A verdict for a candidate that could not be judged because its problem failed (the
+    reference could not be made): shaped like any other, and saying whose failure it is."""
+    line = (str(exc).splitlines() or [type(exc).__name__])[0]  # a ProblemError's message is one line
+    return Verdict(status=Status.runtime_error, reason=f"problem error: {line}"[:500], device=device,
+                   feedback=f"The problem's reference failed before the candidate was judged, so this is not the "
+                            f"candidate's fault and changing it will not help: {line}")
 
 
 # --------------------------------------------------------------------------- the manager
@@ -325,7 +336,11 @@ class JobManager:
 
     def _run_verify(self, job: _Job, candidate: Candidate, problem: Problem, pool: VerifierPool) -> str:
         job.update(message=f"verifying on {pool.device}")
-        verdict = pool.verify(candidate, problem)
+        try:
+            verdict = pool.verify(candidate, problem)
+        except ProblemError as exc:  # the reference's failure: an answer for the caller, not a failed job
+            verdict = problem_failed_verdict(exc, pool.device)
+            job.update(problem_error=verdict.reason.removeprefix("problem error: "))
         job.update(verdict=verdict, profile=verdict.profile)
         return f"{verdict.status.value}: {verdict.reason}"
 

@@ -8,6 +8,7 @@ Times are seconds (`*_s`) or milliseconds (`*_ms`); nothing is rounded here.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -40,6 +41,8 @@ class Attempt(BaseModel):
     candidate_path: Path | None = None
     candidate_sha256: str | None = None
     note: str = Field(default="", description="why there is no verdict, when there is none")
+    problem_error: str | None = Field(default=None, description="the problem itself failed (its reference or "
+                                      "baselines could not be run), not the candidate: why, one line")
 
 
 class RunEnvironment(BaseModel):
@@ -68,6 +71,9 @@ class BenchRecord(BaseModel):
     attempts_in_job: int = Field(default=1, description="records written for this job: fewer found means a torn write")
     status: Status | None = Field(default=None, description="None when nothing was verified")
     reason: str = ""
+    problem_error: str | None = Field(default=None, description="set when the problem itself failed (its reference or "
+                                      "baselines), not the candidate: no status, counts as unsolved, and a rerun into "
+                                      "the same directory tries that problem again")
     speedups: dict[str, float] = Field(default_factory=dict, description="over each baseline timed: 'eager', 'compile', ...")
     timings: dict[str, TimingStats] = Field(default_factory=dict)
     max_abs_err: float | None = None
@@ -144,6 +150,7 @@ def records_from_attempts(suite: str, mode: Mode, problem: Problem, job_key: str
             problem_sha256=problem.sha256, level=problem.level, number=problem.number, attempt=index,
             attempts_in_job=len(attempts),
             status=verdict.status if verdict else None, reason=verdict.reason if verdict else attempt.note,
+            problem_error=attempt.problem_error,
             speedups=speedups, timings=verdict.timings if verdict else attempt.timings,
             suspicious=list(verdict.suspicious) if verdict else [],
             max_abs_err=verdict.max_abs_err if verdict else None, rel_err=verdict.rel_err if verdict else None,
@@ -157,6 +164,16 @@ def append_records(path: Path, records: Sequence[BenchRecord]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         handle.write("".join(record.model_dump_json() + "\n" for record in records))
+
+
+def drop_jobs(path: Path, keys: set[str]) -> None:
+    """Remove the records of the jobs in `keys` from a results file that read_records has read (so
+    every line is a record), so those jobs can run and be appended again: one job's records must
+    never appear twice. The other lines are kept as they are."""
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line).get("job_key") not in keys]
+    if len(kept) < len(lines):
+        path.write_text("".join(kept))
 
 
 def read_records(path: Path) -> list[BenchRecord]:

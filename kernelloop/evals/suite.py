@@ -9,7 +9,9 @@ sandboxed child processes and on the model endpoint, not on Python.
 
 Results are appended to results.jsonl one problem at a time (all its attempts together), and
 each record carries a job key; a rerun into the same directory skips the problems whose key
-is already there, so an interrupted run resumes where it stopped.
+is already there, so an interrupted run resumes where it stopped. A problem that failed itself
+(its reference or baselines could not be run: a ProblemError) is recorded as such, without a
+verdict, and tried again by the next run; it never ends the run.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from kernelloop.evals.records import (
     Mode,
     RunEnvironment,
     append_records,
+    drop_jobs,
     read_records,
     records_from_attempts,
 )
@@ -176,12 +179,28 @@ def _score(verifier: VerifierLike, job: Job) -> list[Attempt]:
         return [Attempt(elapsed_s=0.0, note="no candidate file for this problem")]
     started = time.perf_counter()
     attempts = []
-    for path in job.candidates:
+    for number, path in enumerate(job.candidates, start=1):
         candidate = Candidate.from_file(path)
-        verdict = verifier.verify(candidate, job.problem)
+        try:
+            verdict = verifier.verify(candidate, job.problem)
+        except ProblemError as exc:
+            # The problem's own failure (its reference could not be made): the verdicts so far
+            # stay, and the candidates left would only fail the same way, so they are not run.
+            left = len(job.candidates) - number
+            attempts.append(problem_failed(exc, time.perf_counter() - started, path, candidate.sha256,
+                                           f"; its {left} other candidate(s) were not run" if left else ""))
+            break
         attempts.append(Attempt(verdict=verdict, elapsed_s=time.perf_counter() - started,
                                 candidate_path=path, candidate_sha256=candidate.sha256))
     return attempts
+
+
+def problem_failed(exc: ProblemError, elapsed_s: float, path: Path | None = None, sha256: str | None = None,
+                   more: str = "") -> Attempt:
+    """The attempt that records a problem's own failure: no verdict (the candidate was not judged),
+    counted as unsolved, and retried by the next run into the same directory."""
+    return Attempt(elapsed_s=elapsed_s, candidate_path=path, candidate_sha256=sha256,
+                   note=f"problem error: {exc}{more}", problem_error=str(exc))
 
 
 def baselines_work(time_baselines: TimeBaselinesFn) -> WorkFactory:
@@ -191,7 +210,10 @@ def baselines_work(time_baselines: TimeBaselinesFn) -> WorkFactory:
     def open_work(device: str) -> Iterator[ProblemWork]:
         def work(job: Job) -> list[Attempt]:
             started = time.perf_counter()
-            timings = time_baselines(job.problem, device)
+            try:
+                timings = time_baselines(job.problem, device)
+            except ProblemError as exc:  # this problem's baselines failed: the others are still timed
+                return [problem_failed(exc, time.perf_counter() - started)]
             return [Attempt(timings=timings, elapsed_s=time.perf_counter() - started, note="baselines timed")]
 
         yield work
@@ -282,7 +304,7 @@ def _worker(device: str, open_work: WorkFactory, suite: str, mode: Mode, jobs: q
                 try:
                     attempts = work(job)
                 except ProblemError as exc:  # a broken problem fails alone, not the run
-                    attempts = [Attempt(elapsed_s=time.perf_counter() - started, note=f"problem error: {exc}")]
+                    attempts = [problem_failed(exc, time.perf_counter() - started)]
                 finished.put(_Finished(job, records_from_attempts(suite, mode, job.problem, job.key, attempts, env)))
                 job = None
     except BaseException as exc:  # carried to the main thread, which re-raises it
@@ -367,6 +389,12 @@ def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequenc
     jobs = plan_jobs(suite.problems, mode, match, budget_s)
     results_path = out_dir / RESULTS_JSONL
     previous = read_records(results_path)
+    # A problem that failed itself (its reference, say, on a machine or verifier that could not
+    # make it) is tried again: its old records go, so its new ones are its only ones.
+    retried = {record.job_key for record in previous if record.problem_error} & {job.key for job in jobs}
+    if retried:
+        drop_jobs(results_path, retried)
+        previous = [record for record in previous if record.job_key not in retried]
     done_keys = {record.job_key for record in previous}
     todo = [job for job in jobs if job.key not in done_keys]
     new = run_jobs(todo, open_work, devices, results_path, suite.name, mode, show_progress,
@@ -391,4 +419,9 @@ def _notes(records: Sequence[BenchRecord], match: CandidateMatch | None, skipped
     missing = sorted({r.problem for r in records if r.status is None and r.reason.startswith("no candidate")})
     if missing:
         notes.append(f"{len(missing)} problem(s) had no candidate file (counted as unsolved)")
+    failed = sorted({r.problem for r in records if r.problem_error})
+    if failed:
+        notes.append(f"{len(failed)} problem(s) could not be judged: the problem itself failed (its reference or "
+                     f"baselines), not a candidate; counted as unsolved, tried again on a rerun: "
+                     f"{', '.join(failed[:10])}")
     return notes

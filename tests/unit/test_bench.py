@@ -248,6 +248,43 @@ def test_a_bad_problem_fails_alone_and_a_harness_bug_stops_the_run(three, tmp_pa
     assert "3_c" not in finished  # the others may have finished first and are kept for the rerun
 
 
+def test_a_problem_that_fails_itself_is_recorded_why_and_tried_again_on_a_rerun(three, tmp_path):
+    suite, cands = three
+    write_candidate(cands / "level_1_problem_2_sample_1_kernel.py", "bad-problem")  # 2_b: after an incorrect one
+    write_candidate(cands / "level_1_problem_2_sample_2_kernel.py", "correct eager=9.0")  # never reached
+    log: dict = {}
+    result = run(suite, tmp_path / "out", scripted_work(log), cands)
+    assert [name for _, name in log["verified"]].count("2_b") == 2  # its third candidate was not run
+    records = [r for r in read_jsonl(tmp_path / "out" / "results.jsonl") if r["problem"] == "2_b"]
+    assert [(r["status"], r["problem_error"] is not None) for r in records] == [("incorrect", False), (None, True)]
+    failed = records[1]
+    assert "the reference failed to run" in failed["problem_error"]
+    assert failed["reason"].startswith("problem error:")
+    assert failed["reason"].endswith("its 1 other candidate(s) were not run")
+    row = next(r for r in result.summary.per_problem if r.problem == "2_b")
+    assert not row.solved and row.attempts == 1 and row.best_status is Status.incorrect
+    assert result.summary.correctness_rate == pytest.approx(1 / 3)  # counted as unsolved, not dropped
+    assert any("1 problem(s) could not be judged" in note and "2_b" in note for note in result.summary.notes)
+
+    # The rerun, with the same files (the same job keys), tries that problem again (say the
+    # verifier was fixed meanwhile); the others stay done.
+    fixed: dict = {}
+
+    class FixedVerifier(ScriptedVerifier):
+        def verify(self, candidate, problem):
+            if "bad-problem" in candidate.source:
+                self.log.setdefault("verified", []).append((self.device, problem.name))
+                return Verdict(status=Status.correct, reason="fixed", device=self.device, speedup=1.5)
+            return super().verify(candidate, problem)
+
+    again = run(suite, tmp_path / "out", bench.scoring_work(lambda device: FixedVerifier(device, fixed)), cands)
+    assert again.ran == 1 and again.skipped == 2 and {name for _, name in fixed["verified"]} == {"2_b"}
+    records = [r for r in read_jsonl(tmp_path / "out" / "results.jsonl") if r["problem"] == "2_b"]
+    assert [r["status"] for r in records] == ["incorrect", "correct", "correct"]  # the failed ones are gone
+    assert again.summary.correctness_rate == pytest.approx(2 / 3)
+    assert not any("could not be judged" in note for note in again.summary.notes)
+
+
 def test_attention_suite_gets_the_flex_attention_bar_chart(tmp_path):
     suite = bench.resolve_suite("attention", subset="1-3")
     cands = tmp_path / "cands"
@@ -281,6 +318,22 @@ def test_baselines_only_records_timings_and_claims_no_correctness(tmp_path):
     report = result.files.report_md.read_text()
     assert "| 1_a | 1.0000 | 2.0000 | baselines timed |" in report  # columns: compile, eager
     assert result.files.plots == {}
+
+
+def test_baselines_of_a_failing_problem_are_its_record_and_the_others_are_timed(tmp_path):
+    suite = bench.Suite("s", "directory", write_problems(tmp_path / "suite", ["1_a", "2_b", "3_c"]))
+
+    def time_baselines(problem, device):
+        if problem.name == "2_b":
+            raise ProblemError(f"{problem.path}: timing the baselines failed: raised RuntimeError: boom")
+        return {"eager": TimingStats(name="eager", median_ms=1.0, iqr_ms=0.0, min_ms=1.0, mean_ms=1.0, samples=3)}
+
+    result = run(suite, tmp_path / "out", bench.baselines_work(time_baselines), mode=Mode.baselines)
+    rows = {row.problem: row for row in result.summary.per_problem}
+    assert rows["1_a"].baseline_ms == {"eager": 1.0} and rows["3_c"].baseline_ms == {"eager": 1.0}
+    assert rows["2_b"].baseline_ms == {} and "timing the baselines failed" in rows["2_b"].reason
+    record = next(r for r in read_jsonl(tmp_path / "out" / "results.jsonl") if r["problem"] == "2_b")
+    assert record["status"] is None and "boom" in record["problem_error"]
 
 
 @dataclass
@@ -344,6 +397,48 @@ def test_real_verifier_scores_a_directory_on_cpu(tmp_path):
     assert result.summary.correctness_rate == pytest.approx(0.5)
     assert result.summary.geomean_speedup is None  # CPU: correctness only
     assert any("CPU" in note for note in result.summary.notes)
+
+
+BROKEN_REFERENCE = '''"""A reference whose forward raises: making its outputs fails in the trusted job."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("the reference ran out of memory (simulated)")
+
+
+def get_inputs():
+    return [torch.randn(37, 129)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_reference_that_raises_is_that_problems_record_and_the_batch_goes_on(tmp_path):
+    suite_dir = tmp_path / "suite"
+    suite_dir.mkdir()
+    (suite_dir / "1_broken.py").write_text(BROKEN_REFERENCE)
+    shutil.copy(FIXTURES / "problems" / "relu.py", suite_dir / "2_relu.py")
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    for name in ("1_broken", "2_relu"):
+        shutil.copy(FIXTURES / "honest" / "relu_triton.py", cands / f"{name}.py")
+    from kernelloop.tools.verify.verifier import Verifier
+
+    work = bench.scoring_work(lambda device: Verifier(device="cpu", workspace=tmp_path / "ws"))
+    result = run(bench.resolve_suite(str(suite_dir)), tmp_path / "out", work, cands)  # the broken one goes first
+    by_name = {row.problem: row for row in result.summary.per_problem}
+    assert by_name["2_relu"].solved
+    assert not by_name["1_broken"].solved and by_name["1_broken"].attempts == 0
+    record = next(r for r in read_jsonl(tmp_path / "out" / "results.jsonl") if r["problem"] == "1_broken")
+    assert record["status"] is None and record["candidate"].endswith("1_broken.py")
+    assert "the reference failed" in record["problem_error"]
+    assert "ran out of memory (simulated)" in record["problem_error"] and "\n" not in record["reason"]
+    assert result.summary.correctness_rate == pytest.approx(0.5)
 
 
 # --------------------------------------------------------------------------- the command

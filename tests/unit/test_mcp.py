@@ -173,6 +173,50 @@ def test_bad_input_is_a_one_line_tool_error(tmp_path):
     assert all("\n" not in message for message in messages)
 
 
+BROKEN_REFERENCE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("the reference ran out of memory (simulated)")
+
+
+def get_inputs():
+    return [torch.randn(37, 129)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_reference_that_fails_is_a_verdict_saying_so_not_a_failed_job(tmp_path):
+    """A problem whose Model raises in forward: verify_kernel answers with a verdict that blames
+    the problem (and problem_error), and the server goes on to verify the next candidate."""
+    candidate = ROOT / "tests" / "fixtures" / "honest" / "relu_triton.py"
+
+    async def session(manager: JobManager) -> tuple[dict, dict]:
+        async with Client(build_server(manager, "cpu")) as client:
+            call = Timed(client)
+            started = await call("verify_kernel", problem_source=BROKEN_REFERENCE, problem_name="broken",
+                                 candidate_path=str(candidate), wait_s=0)
+            broken = await call.until_finished(started["job_id"], limit_s=120)
+            started = await call("verify_kernel", problem_path=str(RELU_PROBLEM), candidate_path=str(candidate),
+                                 wait_s=0)
+            return broken, await call.until_finished(started["job_id"], limit_s=120)
+
+    with JobManager(tmp_path) as manager:
+        broken, relu = anyio.run(session, manager)
+    assert broken["state"] == "succeeded" and broken["error"] is None
+    verdict = broken["verdict"]
+    assert verdict["status"] == "runtime_error" and verdict["reason"].startswith("problem error: ")
+    assert "the reference failed" in verdict["reason"] and "ran out of memory (simulated)" in verdict["reason"]
+    assert "not the candidate's fault" in verdict["feedback"]
+    assert "ran out of memory (simulated)" in broken["problem_error"] and "\n" not in broken["problem_error"]
+    assert relu["state"] == "succeeded" and relu["verdict"]["status"] == "correct" and relu["problem_error"] is None
+
+
 def test_mcp_command_with_a_bad_device_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(app, ["mcp", "--device", "tpu", "--workspace", str(tmp_path)])
     assert result.exit_code == 2 and "unknown device 'tpu'" in result.output
