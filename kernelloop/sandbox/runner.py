@@ -12,6 +12,7 @@ namespace's, so the zygote kills a job's group on the parent's word (`{"kill": P
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -176,15 +177,19 @@ class Zygote:
         return session.finish()
 
     def start(self, job: dict, job_dir: Path, compile_timeout_s: float, run_timeout_s: float,
-              phases: Sequence[str] = ()) -> JobSession:
+              phases: Sequence[str] = (), file_size_bytes: int = 0) -> JobSession:
         """Start one job in a fresh child and return the parent's side of it: messages both ways,
-        forward-only phases (`phases`, after "compile"), the timeouts, and at the end its outcome."""
+        forward-only phases (`phases`, after "compile"), the timeouts, and at the end its outcome.
+        `file_size_bytes`: the largest file the job must be able to write, where that is over the
+        default limit (a multi-GB output)."""
         if not self.alive():
             raise SandboxError("the sandbox worker has exited")
         if self.mounts and self.work_dir not in Path(job_dir).resolve().parents:
             raise SandboxError(f"job dir {job_dir} is outside the sandbox's work dir {self.work_dir}")
         job_dir.mkdir(parents=True, exist_ok=True)
         limits = self.limits or child_limits(compile_timeout_s, run_timeout_s)
+        if file_size_bytes > limits.file_size_bytes:
+            limits = dataclasses.replace(limits, file_size_bytes=file_size_bytes)
         job = {**self._stage_inputs(job), "job_dir": str(job_dir), "limits": limits.as_job()}
         if self.per_job_cache:
             job["env"] = cache_env(job_dir / "cache")

@@ -61,21 +61,28 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _detach(parent_pid: int, keep: tuple[int, ...]) -> None:
     """First steps of every forked child: its own process group (the parent kills the whole group
-    on timeout), death with the zygote, and none of the zygote's fds but stdout/stderr and `keep`:
-    a pipe a library opened in the zygote would otherwise be shared by every job, so one job could
-    write into what the next one reads."""
+    on timeout), death with the zygote, and none of the zygote's pipes but `keep`: the zygote's
+    protocol, or a pipe a library opened there, would otherwise be shared by every job, so one job
+    could write into what the next one reads. Device handles stay (NVML's, opened in the zygote
+    for the fork-safe CUDA check: without them torch's allocator fails inside the child)."""
     os.setsid()
     _die_with_parent(parent_pid)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the zygote's stdin carries the parent's messages: never the child's to read
-    for fd in _open_fds():
-        if fd > 2 and fd not in keep:
+    os.close(devnull)
+    for fd in _inherited_pipes():
+        if fd not in keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
 
-def _open_fds() -> list[int]:
-    return [int(name) for name in os.listdir("/proc/self/fd") if name.isdigit()]
+def _inherited_pipes() -> list[int]:
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the fd listdir itself held, already closed
+            if name.isdigit() and int(name) > 2 and os.readlink(f"/proc/self/fd/{name}").startswith("pipe:"):
+                found.append(int(name))
+    return found
 
 
 def _standby(job_fd: int, ready_fd: int, prepare, run_job, parent_pid: int, channel_fds: tuple[int, int]) -> None:

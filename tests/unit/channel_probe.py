@@ -25,7 +25,14 @@ def run_job(job: dict) -> int:
             channel.phase(("compile", "trials")[tick % 2])
             time.sleep(0.05)
     if behaviour == "fds":  # what it inherited
-        channel.result({"fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")), "channel": job["channel_fds"]})
+        pipes = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                    pipes.append(int(fd))
+            except OSError:  # the fd listdir held while it looked
+                continue
+        channel.result({"pipes": pipes, "channel": job["channel_fds"]})
         return 0
     if behaviour == "jump":  # skip ahead to a phase with a longer limit, then hang
         channel.phase("timing")

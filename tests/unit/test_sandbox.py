@@ -11,6 +11,7 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Status
+from kernelloop.tools.verify.tensor_files import load_sets
 from kernelloop.tools.verify.verifier import Verifier
 
 PROBLEM = '''
@@ -119,9 +120,10 @@ def test_secrets_are_scrubbed_from_the_child(verifier, problem, monkeypatch, tmp
 
 
 def test_outputs_the_candidate_corrupts_are_rejected_not_a_crash(problem, tmp_path):
-    """With the static rules off, a candidate replaces torch.save, so the harness's outputs file is
+    """With the static rules off, a candidate replaces the harness's writer, so its outputs file is
     garbage; the parent says so instead of raising."""
-    swap = "torch.save = lambda obj, path, *a, **k: open(path, 'wb').write(b'not a tensor file')"
+    swap = ("__import__('sys').modules['kernelloop.tools.verify.harness'].save_sets = "
+            "lambda path, sets, extra=None: open(path, 'wb').write(b'not a tensor file')")
     with Verifier(device="cpu", workspace=tmp_path, time_it=False, static_checks=False) as unguarded:
         verdict = unguarded.verify(candidate(swap), problem)
         assert verdict.status is Status.rejected and verdict.reason.startswith("unreadable outputs"), verdict.reason
@@ -170,8 +172,22 @@ def test_a_candidate_gets_fresh_secret_inputs_and_never_the_reference_outputs(pr
         assert verifier.verify(candidate(), problem).status is Status.correct
         assert verifier.verify(candidate(), problem).status is Status.correct
         jobs = sorted((verifier.root / "jobs").glob("cand-*"), key=lambda d: d.stat().st_mtime)
-        given = [torch.load(job / "inputs.pt", weights_only=True) for job in jobs]
-        assert all(set(g) == {"inputs", "init_inputs"} for g in given)
-        assert not torch.equal(given[0]["inputs"][0][0], given[1]["inputs"][0][0]), "two verifications, same inputs"
-        assert not list(verifier.trusted_root.rglob("outputs-*.pt")), "reference outputs left on disk"
+        given = []
+        for job in jobs:
+            with (job / "inputs.sets").open("rb") as handle:
+                given.append(load_sets(handle, 1 << 30))
+        assert all(set(extra) == {"init_inputs"} for _, extra in given)
+        assert not torch.equal(given[0][0][0][0], given[1][0][0][0]), "two verifications, same inputs"
+        assert not list(verifier.trusted_root.rglob("outputs-*")), "reference outputs left on disk"
         assert verifier.trusted_root not in verifier.root.parents and verifier.root not in verifier.trusted_root.parents
+
+
+def test_an_out_of_memory_whose_report_failed_is_still_out_of_memory():
+    """Recorded on the H100: the caching allocator's out-of-memory report raised this instead."""
+    from kernelloop.tools.verify.harness import classify_exception
+
+    recorded = RuntimeError('NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at '
+                            '"/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135, please report a bug to PyTorch.')
+    status, reason = classify_exception(recorded)
+    assert status == "runtime_error" and reason.startswith("out of memory")
+    assert classify_exception(ValueError("bad shape"))[1].startswith("raised ValueError")

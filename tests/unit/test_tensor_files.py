@@ -5,6 +5,7 @@ before anything larger than the caller's limit is allocated. And the size budget
 from __future__ import annotations
 
 import io
+import os
 import json
 import struct
 
@@ -350,3 +351,22 @@ def test_check_fits_names_the_size_the_limit_and_what_to_do():
     assert huge is not None and huge.endswith("run on a GPU with more memory") and "need 80.0 GB" in huge
     small_host = budget.check_fits(8_590_000_000, 2, h100, 16 * GB)
     assert small_host is not None and small_host.endswith("run on a machine with more memory")
+
+
+def test_the_verifier_gives_a_huge_problem_one_trial_set_and_refuses_one_that_cannot_fit(tmp_path):
+    from types import SimpleNamespace
+
+    from kernelloop.problem import ProblemError
+    from kernelloop.tools.verify.verifier import Verifier
+
+    verifier = Verifier(device="cpu", workspace=tmp_path)  # starts no worker until it verifies
+    small = SimpleNamespace(output_bytes=1 << 20, input_bytes=1 << 20, problem=SimpleNamespace(path="p.py"))
+    huge = SimpleNamespace(output_bytes=3 << 30, input_bytes=1 << 30, problem=SimpleNamespace(path="p.py"))
+    unknown = SimpleNamespace(output_bytes=None, input_bytes=None, problem=SimpleNamespace(path="p.py"))
+    assert verifier.trial_count(small) == verifier.trial_count(unknown) == verifier.trials == 3
+    host_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 2 * (3 << 30) + 2 * (2 << 30) < 0.8 * host_total:  # one trial set and the fresh one fit this machine
+        assert verifier.trial_count(huge) == 1
+    impossible = SimpleNamespace(output_bytes=host_total, input_bytes=0, problem=SimpleNamespace(path="p.py"))
+    with pytest.raises(ProblemError, match="too large for this machine's memory"):
+        verifier.trial_count(impossible)

@@ -1,6 +1,6 @@
 """Whether a problem's input sets and outputs fit the machine, and how many trial sets a huge one gets.
 
-What one verification holds at once, as the verifier works today (the lead wires these in):
+What one verification holds at once, as the verifier works today (verifier.trial_count):
   host    the parent: the reference's outputs of every set, and one set of the candidate's;
           the trusted job and the candidate's child: every set's inputs, each
   device  the trusted job and the candidate's child: every timed set's inputs, each (kept for

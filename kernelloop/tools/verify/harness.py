@@ -49,6 +49,7 @@ from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, seed_all, synchronize, to_device
 from kernelloop.tools.verify.compare import flatten_outputs
 from kernelloop.tools.verify.reference_job import run_reference
+from kernelloop.tools.verify.tensor_files import load_sets, save_sets
 
 
 
@@ -186,6 +187,10 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     text = error_line(exc).strip()[:400]
     if any(marker in text.lower() for marker in ("out of memory", "not enough memory", "allocate memory")):
         return "runtime_error", f"out of memory: {text}"
+    # Seen on the H100 once the child no longer shared the zygote's pipes: an allocation too large
+    # for the GPU reached the caching allocator's out-of-memory report, whose NVML query then failed.
+    if "CUDACachingAllocator" in text and "nvmlInit" in text:
+        return "runtime_error", f"out of memory (the allocator's report of it failed: {text[:200]})"
     # Triton front-end errors have their own types; MLIR pass failures surface as RuntimeError.
     if (type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure")
             or "triton.compiler" in type(exc).__module__ or "PassManager::run failed" in text):
@@ -229,6 +234,12 @@ def _shuffle_interpreter(job: dict[str, Any]) -> bool:
     return interpreter_order.install(int(job.get("order_seed", 0)))
 
 
+def read_sets(path: str) -> tuple[list[list], dict]:
+    """A sets file the parent handed over (the trusted job wrote it)."""
+    with open(path, "rb") as handle:
+        return load_sets(handle, os.fstat(handle.fileno()).st_size)
+
+
 def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     device = job["device"]
     steps = Stopwatch()  # where the child's setup goes, for the verifier's cost report
@@ -244,7 +255,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         return {"status": "compile_error", "reason": "modelnew: the candidate defines no ModelNew"}
     steps.lap("import_s")
     # The inputs alone: the reference's outputs never come into this process.
-    given = torch.load(job["inputs_path"], weights_only=True)
+    input_sets, given = read_sets(job["inputs_path"])
     steps.lap("load_s")
     if device.startswith("cuda"):
         torch.cuda.init()  # CUDA context creation lands in setup, not in the first call (at once if prepared)
@@ -258,7 +269,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
                 "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"}
     synchronize(device)
     steps.lap("model_s")
-    session = _CandidateSession(model, given["inputs"], counter, job, channel)
+    session = _CandidateSession(model, input_sets, counter, job, channel)
     session.overhead.update(setup_s=steps.total(), **{f"setup_{k}": v for k, v in steps.laps.items()},
                             **_prepared_report(steps.started))
     session.shuffled = shuffled
@@ -342,7 +353,9 @@ class _CandidateSession:
             outputs.append(out)
         self.costs["trials_s"] = time.perf_counter() - started - self.costs["first_call_s"]
         save_started = time.perf_counter()
-        torch.save({"trials": outputs, "skipped": self.without_own_kernels()}, Path(self.job["job_dir"]) / "trials.pt")
+        skipped = self.without_own_kernels()
+        save_sets(Path(self.job["job_dir"]) / "trials.sets", outputs + ([skipped] if skipped is not None else []),
+                  {"skipped": skipped is not None})
         self.overhead.update(save_s=time.perf_counter() - save_started, first_forward_s=first_forward.get("forward_s", 0.0))
         self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
         return None
@@ -351,7 +364,7 @@ class _CandidateSession:
         """The first set's outputs with every Triton launch skipped, for the parent's decoy check (a
         forward whose output is right without its own kernels left the work to something else);
         None when it fails, which is what skipping a kernel that matters usually does."""
-        if not any(name.startswith("triton:") for name in self.counter.launches):
+        if not self.job.get("decoy_check", True) or not any(name.startswith("triton:") for name in self.counter.launches):
             return None
         self.counter.skip = True
         try:
@@ -388,16 +401,16 @@ class _CandidateSession:
         (so caching by pointer or id shows), any others (more scrutiny) as new tensors."""
         self.channel.phase("fresh")
         started = time.perf_counter()
-        given = torch.load(inputs_path, weights_only=True)
+        input_sets, _ = read_sets(inputs_path)
         outputs = []
-        for index, inputs in enumerate(given["inputs"]):
+        for index, inputs in enumerate(input_sets):
             out, _, found = run_one(self.model, inputs, self.device, self._specs(0),
                                     reuse=self.buffers if index == 0 else None)
             if found:
                 return found
             outputs.append(out)
         self.costs["trials_s"] = self.costs.get("trials_s", 0.0) + time.perf_counter() - started
-        torch.save({"fresh": outputs}, Path(self.job["job_dir"]) / "fresh.pt")
+        save_sets(Path(self.job["job_dir"]) / "fresh.sets", outputs)
         return None
 
 

@@ -25,6 +25,7 @@ from kernelloop.problem import import_source
 from kernelloop.sandbox.channel import Channel
 from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, cpu_outputs, seed_all, synchronize, to_device
 from kernelloop.tools.verify.compare import flatten_outputs
+from kernelloop.tools.verify.tensor_files import save_sets
 
 
 def degenerate_output_warnings(outputs: list) -> list[str]:
@@ -88,9 +89,23 @@ class ReferenceJob:
                 synchronize(self.device)
                 outputs.append(cpu_outputs(flatten_outputs(out)))
         self.last_sets = sets
-        torch.save({"inputs": sets, "init_inputs": self.init_inputs}, request["inputs_path"])
-        torch.save({"outputs": outputs}, request["outputs_path"])
+        save_sets(request["inputs_path"], sets, {"init_inputs": self.init_inputs})
+        save_sets(request["outputs_path"], outputs)
         return {"sets": len(sets), "ops": self.ops, "warnings": degenerate_output_warnings(outputs[0])}
+
+    def sizes(self) -> dict[str, int | None]:
+        """Bytes of one input set and of its output, from a run on the meta device (shapes only,
+        nothing computed), so the parent can size the trials before any real set is made; None
+        where the model can't run on meta."""
+        try:
+            with torch.device("meta"):
+                seed_all(INIT_SEED)
+                inputs = list(self.problem.get_inputs())
+                model = self.problem.Model(*self.init_inputs)
+                outputs = flatten_outputs(model(*inputs))
+        except Exception:  # noqa: BLE001 - many models have no meta kernels; the sizes are then unknown
+            return {"input_bytes": None, "output_bytes": None}
+        return {"input_bytes": _nbytes(inputs), "output_bytes": _nbytes(outputs)}
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
         from kernelloop.tools.profile.measure import baseline_callables, roofline_of
@@ -121,11 +136,15 @@ class ReferenceJob:
         return {}
 
 
+def _nbytes(values: list) -> int:
+    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+
+
 def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     reference = ReferenceJob(job)
     handlers = {"make": reference.make, "timing": reference.setup_timing, "block": reference.block,
                 "back": reference.back_to_back}
-    channel.send({"ready": {}})
+    channel.send({"ready": reference.sizes()})
     while True:
         request = channel.receive()
         kind = next(iter(request), None)

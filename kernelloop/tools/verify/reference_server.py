@@ -19,7 +19,8 @@ import torch
 
 from kernelloop.problem import Problem, ProblemError
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
-from kernelloop.sandbox.safe_io import UnsafeFileError, open_bounded
+from kernelloop.sandbox.safe_io import open_bounded
+from kernelloop.tools.verify.tensor_files import TensorFileError, load_sets
 
 
 @dataclass
@@ -35,15 +36,18 @@ class Made:
 class ReferenceServer:
     """The trusted job for one problem, started on first use and closed with `close()`."""
 
-    def __init__(self, zygote: Zygote, problem: Problem, root: Path, job: dict, timeout_s: float):
-        self.problem, self.root, self.timeout_s = problem, root, timeout_s
+    def __init__(self, zygote: Zygote, problem: Problem, root: Path, job: dict, timeout_s: float,
+                 outputs_device: torch.device = torch.device("cpu")):
+        self.problem, self.root, self.timeout_s, self.outputs_device = problem, root, timeout_s, outputs_device
         self.job_dir = new_job_dir(root / "jobs", "ref-")
         self.session: JobSession = zygote.start({**job, "kind": "reference", "problem_path": str(problem.path)},
                                                 self.job_dir, timeout_s, timeout_s, phases=())
         self.ops: list[str] = []
         self.warnings: list[str] = []
         self._count = 0
-        self.ask("ready", None)
+        sizes = self.ask("ready", None)
+        # Bytes of one input set and its output (None: unknown until a set is made)
+        self.input_bytes, self.output_bytes = sizes.get("input_bytes"), sizes.get("output_bytes")
 
     def ask(self, kind: str, request: dict | None) -> dict:
         """Send one request (or none, for `ready`) and wait for its answer."""
@@ -68,16 +72,17 @@ class ReferenceServer:
     def make(self, seeds: list[int], variants: bool) -> Made:
         """Inputs for `seeds` and the reference's outputs on them, the outputs in this process only."""
         self._count += 1
-        inputs_path = self.job_dir / f"inputs-{self._count}.pt"
-        outputs_path = self.job_dir / f"outputs-{self._count}.pt"
+        inputs_path = self.job_dir / f"inputs-{self._count}.sets"
+        outputs_path = self.job_dir / f"outputs-{self._count}.sets"
         answer = self.ask("make", {"seeds": seeds, "variants": variants, "inputs_path": str(inputs_path),
                                    "outputs_path": str(outputs_path)})
         # Written by the trusted job, but in a dir a plain-mode candidate could reach: opened the
         # same careful way, read into this process, and gone before any candidate runs.
         try:
-            with open_bounded(outputs_path, outputs_path.stat().st_size) as handle:
-                outputs = torch.load(handle, weights_only=True)["outputs"]
-        except (OSError, UnsafeFileError) as exc:
+            size = outputs_path.stat().st_size
+            with open_bounded(outputs_path, size) as handle:
+                outputs, _ = load_sets(handle, size, self.outputs_device)  # where the parent compares
+        except (OSError, TensorFileError) as exc:
             raise ProblemError(f"{self.problem.path}: the reference's outputs could not be read: {exc}") from None
         finally:
             outputs_path.unlink(missing_ok=True)

@@ -13,6 +13,7 @@ checks) is a claim; what decides a verdict is what this process computed or obse
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import time
@@ -26,11 +27,12 @@ from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import Status, TimingStats, Verdict, rejected
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import open_bounded
-from kernelloop.tools.verify import interpreter_order
+from kernelloop.tools.verify import budget, interpreter_order
 from kernelloop.tools.verify.compare import compare_device, compare_outputs
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer, hand_over
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed, summarize_all
 from kernelloop.tools.verify.static_check import first_violation
+from kernelloop.tools.verify.tensor_files import load_sets
 from kernelloop.tools.verify.timing_driver import drive_timing
 
 DEFAULT_TRIALS = 3
@@ -193,8 +195,22 @@ class Verifier:
             self._server = None
         if self._server is None:
             self._server = ReferenceServer(self.trusted_zygote, problem, self.trusted_root, self._job("reference"),
-                                           self.run_timeout_s)
+                                           self.run_timeout_s, outputs_device=self.compare_on)
         return self._server
+
+    def trial_count(self, server: ReferenceServer) -> int:
+        """`trials`, or fewer where the problem's sets are huge (one trial set for an output over
+        1 GiB); a problem whose sets can't fit even so is a one-line ProblemError saying why."""
+        output_bytes, input_bytes = server.output_bytes or 0, server.input_bytes or 0
+        device_total = torch.cuda.get_device_properties(self.compare_on).total_memory \
+            if self.compare_on.type == "cuda" else None
+        host_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        budget_bytes = int(min(device_total or host_total, host_total) * budget.DEVICE_SHARE / 2)
+        trials = budget.trial_sets_for(output_bytes, self.trials, budget_bytes, input_bytes)
+        too_big = budget.check_fits(output_bytes, trials + budget.FRESH_SETS, device_total, host_total, input_bytes)
+        if too_big:
+            raise ProblemError(f"{server.problem.path}: {too_big}")
+        return trials
 
     # -- candidate --------------------------------------------------------------------------
     def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
@@ -203,16 +219,21 @@ class Verifier:
         if early is not None:
             return early
         server = self.server(problem)
-        made = server.make(secret_seeds(self.trials), variants=True)
+        made = server.make(secret_seeds(self.trial_count(server)), variants=True)
         # The reference's and the timing's share of this verification, kept out of the fixed cost.
         self._parent_costs = {"reference_s": time.perf_counter() - started, "timing_s": 0.0}
         job_dir = new_job_dir(self.root / "jobs", "cand-")
         candidate_path = job_dir / "candidate.py"
         candidate_path.write_text(candidate.source)
+        output_bytes = sum(map(_nbytes, made.outputs))
+        # The decoy check reruns a set and saves it too: not for multi-GB outputs (a lint, not the boundary).
+        decoy_check = output_bytes <= budget.LARGE_OUTPUT_BYTES
         job = self._job("candidate", candidate_path=str(candidate_path),
-                        inputs_path=str(hand_over(made, job_dir, "inputs.pt")),
+                        inputs_path=str(hand_over(made, job_dir, "inputs.sets")), decoy_check=decoy_check,
                         output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
-        session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES)
+        file_size = 2 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (2 + len(made.outputs))
+        session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
+                                    file_size_bytes=file_size)
         try:
             verdict = self._converse(session, made, problem, server)
         finally:
@@ -279,11 +300,12 @@ class Verifier:
             return rejected(f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
         compare_started = time.perf_counter()
-        loaded = _load_outputs(session.job_dir / "trials.pt", "trials", made.outputs)
+        loaded = _load_outputs(session.job_dir / "trials.sets", made.outputs, self.compare_on, extra_sets=1)
         if isinstance(loaded, str):
             return rejected(loaded, **base)
         outputs, saved = loaded
-        refs = [self._on_compare_device(ref) for ref in made.outputs]
+        skipped = outputs.pop() if saved.get("skipped") is True and len(outputs) > len(made.outputs) else None
+        refs = made.outputs
         worst_abs = worst_rel = 0.0
         for trial, (out, ref) in enumerate(zip(outputs, refs)):
             comparison = compare_outputs(out, ref, problem.tolerance, self.compare_on)
@@ -291,7 +313,7 @@ class Verifier:
                 return Verdict(status=Status.incorrect, reason=f"{comparison.reason} (trial {trial + 1})",
                                max_abs_err=comparison.max_abs_err, rel_err=comparison.rel_err, trials=trial + 1, **base)
             worst_abs, worst_rel = max(worst_abs, comparison.max_abs_err), max(worst_rel, comparison.rel_err)
-        decoy = self._decoy(saved.get("skipped"), made, refs[0], problem)
+        decoy = self._decoy(skipped, made, refs[0], problem)
         if decoy:
             return rejected(decoy, **base)
         compare_s = time.perf_counter() - compare_started
@@ -310,7 +332,7 @@ class Verifier:
         fresh_started = time.perf_counter()
         fresh_made = server.make(secret_seeds(1 + extra), variants=False)
         self._parent_costs["reference_s"] += time.perf_counter() - fresh_started
-        fresh_path = hand_over(fresh_made, session.job_dir, "fresh_inputs.pt")
+        fresh_path = hand_over(fresh_made, session.job_dir, "fresh_inputs.sets")
         session.advance("fresh")
         if not session.send({"fresh": {"inputs_path": str(fresh_path)}}):
             return None
@@ -320,13 +342,13 @@ class Verifier:
         found = answer["fresh"].get("found")
         if isinstance(found, str) and found:
             return rejected(found[:300], **base)
-        loaded = _load_outputs(session.job_dir / "fresh.pt", "fresh", fresh_made.outputs)
+        loaded = _load_outputs(session.job_dir / "fresh.sets", fresh_made.outputs, self.compare_on)
         if isinstance(loaded, str):
             return rejected(loaded, **base)
         fresh, _ = loaded
         trials_run = len(outputs)
         for index, (out, ref) in enumerate(zip(fresh, fresh_made.outputs)):
-            checked = compare_outputs(out, self._on_compare_device(ref), problem.tolerance, self.compare_on)
+            checked = compare_outputs(out, ref, problem.tolerance, self.compare_on)
             trials_run += 1
             if not checked.ok:
                 what = ("fresh inputs: right on the trial inputs but wrong on fresh inputs after timing (caching results?)"
@@ -358,9 +380,6 @@ class Verifier:
             return ("decoy kernel: with its own Triton kernels skipped the output is still right, so the work is done "
                     "elsewhere (torch, numpy or a copy); compute the result in your own kernels")
         return None
-
-    def _on_compare_device(self, outputs: list) -> list:
-        return [t.to(self.compare_on) if isinstance(t, torch.Tensor) else t for t in outputs]
 
     def _interpreter_caveats(self, candidate: Candidate, made: Made, outcome: JobOutcome) -> list[str]:
         """Known ways Triton's CPU interpreter differs from a GPU that a verdict here may reflect."""
@@ -409,24 +428,25 @@ def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
     return verdict
 
 
-def _load_outputs(path: Path, key: str, like: list[list]) -> tuple[list[list], dict] | str:
-    """The outputs the child saved under `key` (one list per input set, like the reference's
-    `like`) and the whole saved dict, or why they can't be judged. The candidate's process wrote
-    this file and may still be running, so anything may be in it: it is read as a regular file
-    of bounded size into this process's memory, never followed through a link, never mapped."""
-    limit = 2 * (sum(map(_nbytes, like)) + OUTPUT_FILE_SLACK_BYTES * (1 + len(like)))  # room for the decoy run
+def _load_outputs(path: Path, like: list[list], device: torch.device,
+                  extra_sets: int = 0) -> tuple[list[list], dict] | str:
+    """The output sets the child saved (as many as the reference's `like`, plus up to `extra_sets`)
+    and the file's extra dict, on `device`; or why they can't be judged. The candidate's process
+    wrote this file and may still be running, so anything may be in it: it is opened without
+    following links, a regular file of bounded size, its header checked before anything is
+    allocated (tensor_files.py), and read into this process, never mapped."""
+    limit = (1 + extra_sets) * (sum(map(_nbytes, like)) + OUTPUT_FILE_SLACK_BYTES * (1 + len(like)))
     try:
         with open_bounded(path, limit) as handle:
-            saved = torch.load(handle, weights_only=True)
-        outputs = saved.get(key) if isinstance(saved, dict) else None
-        if not (isinstance(outputs, list) and len(outputs) == len(like) and all(isinstance(o, list) for o in outputs)):
-            raise ValueError(f"not the {key} lists the harness saves")
+            sets, extra = load_sets(handle, limit, device)
+        if not len(like) <= len(sets) <= len(like) + extra_sets:
+            raise ValueError(f"{len(sets)} output sets for {len(like)} input sets")
     except FileNotFoundError:
         return f"unreadable outputs: the candidate's process left no {path.name}"
-    except Exception as exc:  # noqa: BLE001 - any failure to read them is the verdict, never a crash here
+    except (OSError, ValueError) as exc:  # TensorFileError, UnsafeFileError: the verdict, never a crash here
         detail = error_line(exc)[:200]
         return f"unreadable outputs: the candidate's process left an outputs file that cannot be judged ({detail})"
-    return outputs, saved
+    return sets, extra
 
 
 def _failure_reason(outcome: JobOutcome) -> str:
