@@ -1,6 +1,7 @@
 """Run corpus fixtures through one verifier and print attack -> verdict -> speed as a table.
 
   python benchmarks/corpus_run.py [--device cuda] [--unlinted] [--no-time] [--out DIR] [NAME ...]
+  python benchmarks/corpus_run.py --report DIR     # DIR/README.md from the corpus_run JSON files in DIR
 
 NAME is a fixture stem from tests/fixtures/cheats or tests/fixtures/honest (default: every fixture
 with an `unlinted:` header when --unlinted, else all). The verdicts, speeds and the zygote logs'
@@ -32,14 +33,40 @@ def header(path: Path) -> dict[str, str]:
     return fields
 
 
+def report(folder: Path) -> str:
+    """Attack -> verdict -> speed, one table per raw file in `folder`."""
+    lines = ["# The adversarial corpus, verdict by verdict", "",
+             "Written by `benchmarks/corpus_run.py --report` from the raw files beside it. `unlinted`: the static "
+             "rules off, so what stands is the trust boundary alone; the speed column shows where a speedup comes "
+             "from (the candidate's events, confirmed, or the parent's clock).", ""]
+    for raw in sorted(folder.glob("*.json")):
+        rows = json.loads(raw.read_text())
+        ok = sum(r["ok"] for r in rows)
+        lines += [f"## {raw.stem}: {ok} of {len(rows)} as promised", "",
+                  "| fixture | expected | verdict | speedup | reason |", "|---|---|---|---|---|"]
+        for r in rows:
+            speed = "" if r["speedup"] is None else f"{r['speedup']:.3f}x ({r['speed_source'].split(' (')[0]})"
+            reason = r["reason"].replace("|", "/")[:110]
+            lines.append(f"| {r['fixture']} | {r['expected'].replace('|', '/')} | {r['status']}{'' if r['ok'] else ' (NOT AS PROMISED)'} "
+                         f"| {speed} | {reason} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*")
+    parser.add_argument("--report", type=Path, help="write DIR/README.md from the raw files in DIR")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--unlinted", action="store_true", help="static rules off: the trust boundary alone")
     parser.add_argument("--no-time", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/kernelloop-out")))
+    parser.add_argument("--compile-timeout-s", type=float, default=60.0)
+    parser.add_argument("--run-timeout-s", type=float, default=180.0)
     args = parser.parse_args()
+    if args.report:
+        (args.report / "README.md").write_text(report(args.report))
+        return
     paths = sorted((FIXTURES / "cheats").glob("*.py")) + sorted((FIXTURES / "honest").glob("*.py"))
     if args.names:
         paths = [p for p in paths if p.stem in args.names]
@@ -48,7 +75,8 @@ def main() -> None:
     workspace = args.out / "corpus-workspace"
     rows = []
     with Verifier(device=args.device, workspace=workspace, static_checks=not args.unlinted,
-                  time_it=not args.no_time, compile_timeout_s=60, run_timeout_s=180) as verifier:
+                  time_it=not args.no_time, compile_timeout_s=args.compile_timeout_s,
+                  run_timeout_s=args.run_timeout_s) as verifier:
         for path in paths:
             fields = header(path)
             started = time.perf_counter()
