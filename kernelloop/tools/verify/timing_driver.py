@@ -26,7 +26,7 @@ import time
 from kernelloop.results import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
-from kernelloop.tools.verify.reference_server import Made, ReferenceServer
+from kernelloop.tools.verify.reference_server import ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
 
 FIRST_BLOCK_ROUNDS = 10
@@ -68,9 +68,10 @@ def _samples(answer: dict | None, names: list[str]) -> dict[str, list[float]] | 
     return out
 
 
-def drive_timing(session: JobSession, server: ReferenceServer, made: Made) -> SpeedJudgement | str:
-    """Time the candidate against its baselines; a string when the candidate's child broke off
-    or answered nonsense (the caller turns that into a verdict)."""
+def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None) -> SpeedJudgement | str:
+    """Time the candidate against its baselines on the sets the trusted job made last; a string
+    when the candidate's child broke off or answered nonsense (the caller turns that into a
+    verdict). `cuda_index`: this process's index of the GPU being timed, for NVML (None: unknown)."""
     baseline_setup = server.ask("timing", {})
     setup, _ = _ask(session, "time", {})
     if setup is None:
@@ -81,7 +82,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, made: Made) -> Sp
     parent_block_ms: list[float] = []
     claimed_block_ms: list[float] = []
     started = time.perf_counter()
-    with gpu.measure_around(_nvml_index()) as state:
+    with gpu.measure_around(_nvml_index(cuda_index)) as state:
         rounds = FIRST_BLOCK_ROUNDS
         while True:
             baseline_block = server.ask("block", {"rounds": rounds})
@@ -126,6 +127,6 @@ def drive_timing(session: JobSession, server: ReferenceServer, made: Made) -> Sp
         phase_s={"timing": time.perf_counter() - started}))
 
 
-def _nvml_index() -> int:
-    index = gpu.nvml_index_for_cuda_device(0)
+def _nvml_index(cuda_index: int | None) -> int:
+    index = gpu.nvml_index_for_cuda_device(cuda_index) if cuda_index is not None else None
     return index if index is not None else 0

@@ -176,11 +176,6 @@ class Verifier:
         self._trusted_zygote = self._worker(self._trusted_zygote, self.trusted_root, trusted=True)
         return self._trusted_zygote
 
-    @property
-    def isolation(self) -> str:
-        """Which sandbox judged: 'bubblewrap' or 'plain'."""
-        return self.zygote.mode
-
     def _job(self, kind: str, **fields) -> dict:
         job = {"kind": kind, "device": self.device, "full_baselines": self.full_baselines, **fields}
         if self.device == "cpu":
@@ -321,7 +316,9 @@ class Verifier:
         timing_started = time.perf_counter()
         if self.time_it:
             session.advance("timing")
-        judged = drive_timing(session, server, made) if self.time_it else None
+        # NVML reads this worker's GPU: the one this process compares on, where it has one
+        cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
+        judged = drive_timing(session, server, cuda_index) if self.time_it else None
         self._parent_costs["timing_s"] = time.perf_counter() - timing_started if self.time_it else 0.0
         if isinstance(judged, str):  # the child broke off while being timed
             return None
