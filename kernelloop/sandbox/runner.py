@@ -169,9 +169,11 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, job: dict, job_dir: Path, compile_timeout_s: float, run_timeout_s: float) -> JobOutcome:
-        """Run one job in a fresh child to its end (a job that reports one result and exits)."""
-        session = self.start(job, job_dir, compile_timeout_s, run_timeout_s)
+    def run(self, job: dict, job_dir: Path, compile_timeout_s: float, run_timeout_s: float,
+            phases: Sequence[str] = ()) -> JobOutcome:
+        """Run one job in a fresh child to its end (a job that reports one result and exits; it may
+        mark the first of `phases` itself)."""
+        session = self.start(job, job_dir, compile_timeout_s, run_timeout_s, phases)
         while session.receive() is not None:
             pass
         return session.finish()

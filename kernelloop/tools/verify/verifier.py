@@ -399,7 +399,7 @@ class Verifier:
         job_dir = new_job_dir(self.trusted_root / "jobs", "base-")
         outcome = self.trusted_zygote.run(self._job("baselines", problem_path=str(problem.path),
                                                      seeds=list(range(1, self.trials + 1))),
-                                           job_dir, self.compile_timeout_s, self.run_timeout_s)
+                                           job_dir, self.compile_timeout_s, self.run_timeout_s, phases=("timing",))
         result = outcome.result or {}
         if result.get("status") != "ran":
             raise ProblemError(f"{problem.path}: timing the baselines failed: "
