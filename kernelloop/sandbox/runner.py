@@ -30,7 +30,7 @@ from pathlib import Path
 import kernelloop
 from kernelloop.sandbox.isolation import (INPUTS_DIR, ChildLimits, bubblewrap_argv, child_limits, choose_mode,
                                           sandbox_mounts, visible)
-from kernelloop.sandbox.safe_io import read_tail
+from kernelloop.sandbox.safe_io import JobDir, read_tail
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on
 PRELOAD_ENV = "KERNELLOOP_PRELOAD"  # passed through: 0 leaves the job module's preloads to each child
@@ -189,6 +189,7 @@ class Zygote:
         if self.mounts and self.work_dir not in Path(job_dir).resolve().parents:
             raise SandboxError(f"job dir {job_dir} is outside the sandbox's work dir {self.work_dir}")
         job_dir.mkdir(parents=True, exist_ok=True)
+        held = JobDir(job_dir)  # opened before any job code runs: what the parent reads goes through it
         limits = self.limits or child_limits(compile_timeout_s, run_timeout_s)
         if file_size_bytes > limits.file_size_bytes:
             limits = dataclasses.replace(limits, file_size_bytes=file_size_bytes)
@@ -205,19 +206,20 @@ class Zygote:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=1)
         if forked is None and not self.alive():  # died as the job began: the job's doing, reported as its crash
-            return JobSession(self, None, job_dir, started, compile_timeout_s, run_timeout_s, phases,
-                              ended=self._outcome(None, False, "compile", started, job_dir,
-                                                  ["the sandbox worker died as the job started"]))
+            ended = self._outcome(None, False, "compile", started, held, ["the sandbox worker died as the job started"])
+            held.close()
+            return JobSession(self, None, held, started, compile_timeout_s, run_timeout_s, phases, ended=ended)
         if forked is None:
+            held.close()
             raise SandboxError("the sandbox worker did not fork a child")
-        return JobSession(self, forked["pid"], job_dir, started, compile_timeout_s, run_timeout_s, phases)
+        return JobSession(self, forked["pid"], held, started, compile_timeout_s, run_timeout_s, phases)
 
     @staticmethod
-    def _outcome(exit_code: int | None, timed_out: bool, phase: str, started: float, job_dir: Path,
+    def _outcome(exit_code: int | None, timed_out: bool, phase: str, started: float, held: JobDir,
                  notes: list[str], result: dict | None = None) -> JobOutcome:
         return JobOutcome(exit_code=exit_code, timed_out=timed_out, phase=phase, elapsed_s=time.monotonic() - started,
-                          result=result, stdout_tail=read_tail(job_dir / "stdout.txt", OUTPUT_TAIL_BYTES),
-                          stderr_tail=read_tail(job_dir / "stderr.txt", OUTPUT_TAIL_BYTES), job_dir=job_dir,
+                          result=result, stdout_tail=held.read_tail("stdout.txt", OUTPUT_TAIL_BYTES),
+                          stderr_tail=held.read_tail("stderr.txt", OUTPUT_TAIL_BYTES), job_dir=held.path,
                           notes=notes, ended_at=time.time())
 
     def _send(self, message: dict) -> None:
@@ -287,9 +289,9 @@ class JobSession:
     the job's hard cap (compile + run limits). `finish()` ends the job and returns its outcome;
     the outcome's `result` is the last `{"result": ...}` the child sent."""
 
-    def __init__(self, zygote: Zygote, pid: int | None, job_dir: Path, started: float, compile_timeout_s: float,
+    def __init__(self, zygote: Zygote, pid: int | None, held: JobDir, started: float, compile_timeout_s: float,
                  run_timeout_s: float, phases: Sequence[str] = (), ended: JobOutcome | None = None):
-        self.zygote, self.pid, self.job_dir, self.started = zygote, pid, job_dir, started
+        self.zygote, self.pid, self.dir, self.job_dir, self.started = zygote, pid, held, held.path, started
         self.compile_timeout_s, self.run_timeout_s = compile_timeout_s, run_timeout_s
         self.order = ["compile", *phases]
         self.phase, self.phase_waited_s, self.waited_s = "compile", 0.0, 0.0
@@ -397,8 +399,9 @@ class JobSession:
                 self.zygote._kill_sandbox()
             self.exit_code = message["exit"] if message else None
         result = None if self.timed_out else self.result
-        self.outcome = self.zygote._outcome(self.exit_code, self.timed_out, self.phase, self.started, self.job_dir,
+        self.outcome = self.zygote._outcome(self.exit_code, self.timed_out, self.phase, self.started, self.dir,
                                             self.notes, result)
+        self.dir.close()
         return self.outcome
 
 

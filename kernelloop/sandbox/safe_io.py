@@ -9,6 +9,7 @@ only, reads at most a stated number of bytes into its own memory, and never maps
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -94,3 +95,38 @@ def read_tail(path: Path, limit_bytes: int) -> str:
     finally:
         os.close(fd)
     return (f"[... {size - limit_bytes} bytes cut ...]\n" if size > limit_bytes else "") + text
+
+
+class JobDir:
+    """A job's dir as the parent holds it: opened once, before any job code runs, and every later
+    read or hand-over goes through that descriptor, so a job that renames its dir or swaps it for
+    a symlink (to a host dir its sandbox can't see) moves nothing the parent opens."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def _at(self, name: str) -> str:
+        if "/" in name or name in ("", ".", ".."):
+            raise UnsafeFileError(f"{name!r} is not a plain name in the job dir")
+        return f"/proc/self/fd/{self.fd}/{name}"
+
+    def read_tail(self, name: str, limit_bytes: int) -> str:
+        return read_tail(Path(self._at(name)), limit_bytes)
+
+    def open_bounded(self, name: str, limit_bytes: int):
+        return open_bounded(Path(self._at(name)), limit_bytes)
+
+    def put(self, source: Path, name: str) -> Path:
+        """Move the parent's file `source` in as `name` (a rename: whatever the job left under that
+        name is replaced, a link is not followed); UnsafeFileError when that can't be done (the job
+        put a directory there). Returns the path the job sees."""
+        try:
+            os.replace(source, name, dst_dir_fd=self.fd)
+        except OSError as exc:
+            raise UnsafeFileError(f"could not hand over {name}: {exc.strerror}") from None
+        return self.path / name
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)

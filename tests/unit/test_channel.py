@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelloop.sandbox.runner import Zygote, new_job_dir
-from kernelloop.sandbox.safe_io import UnsafeFileError, open_bounded, read_bounded, read_tail
+from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError, open_bounded, read_bounded, read_tail
 
 PROBE_MODULE = "tests.unit.channel_probe"
 
@@ -130,6 +130,26 @@ def test_a_directory_or_an_oversized_file_is_refused(tmp_path):
     with pytest.raises(UnsafeFileError, match="over the 999"):
         open_bounded(big, 999)
     assert read_bounded(big, 1000) == b"x" * 1000
+
+
+def test_a_job_dir_renamed_and_swapped_for_a_symlink_moves_nothing_the_parent_reads(tmp_path):
+    job_dir, elsewhere = tmp_path / "job", tmp_path / "elsewhere"
+    job_dir.mkdir()
+    elsewhere.mkdir()
+    (job_dir / "stderr.txt").write_text("the job's own")
+    (elsewhere / "stderr.txt").write_text("sk-SECRET from a dir the sandbox can't see")
+    held = JobDir(job_dir)
+    job_dir.rename(tmp_path / "moved")
+    job_dir.symlink_to(elsewhere)
+    assert held.read_tail("stderr.txt", 100) == "the job's own"
+    (tmp_path / "moved" / "fresh_inputs.sets").mkdir()  # in the way of a hand-over
+    given = tmp_path / "given"
+    given.write_text("inputs")
+    with pytest.raises(UnsafeFileError, match="could not hand over"):
+        held.put(given, "fresh_inputs.sets")
+    held.put(given, "inputs.sets")
+    assert (tmp_path / "moved" / "inputs.sets").read_text() == "inputs" and not (elsewhere / "inputs.sets").exists()
+    held.close()
 
 
 def test_a_missing_file_reads_as_nothing_to_the_tail_and_raises_for_data(tmp_path):

@@ -26,7 +26,7 @@ from kernelloop.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import Status, TimingStats, Verdict, rejected
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
-from kernelloop.sandbox.safe_io import open_bounded
+from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.verify import budget, interpreter_order
 from kernelloop.tools.verify.compare import compare_device, compare_outputs
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer, hand_over
@@ -295,7 +295,7 @@ class Verifier:
             return rejected(f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
         compare_started = time.perf_counter()
-        loaded = _load_outputs(session.job_dir / "trials.sets", made.outputs, self.compare_on, extra_sets=1)
+        loaded = _load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on, extra_sets=1)
         if isinstance(loaded, str):
             return rejected(loaded, **base)
         outputs, saved = loaded
@@ -329,7 +329,11 @@ class Verifier:
         fresh_started = time.perf_counter()
         fresh_made = server.make(secret_seeds(1 + extra), variants=False)
         self._parent_costs["reference_s"] += time.perf_counter() - fresh_started
-        fresh_path = hand_over(fresh_made, session.job_dir, "fresh_inputs.sets")
+        try:
+            fresh_path = session.dir.put(fresh_made.inputs_path, "fresh_inputs.sets")
+        except UnsafeFileError as exc:
+            fresh_made.inputs_path.unlink(missing_ok=True)
+            return rejected(f"tampered job dir: {exc}; the candidate's process may not touch the parent's files", **base)
         session.advance("fresh")
         if not session.send({"fresh": {"inputs_path": str(fresh_path)}}):
             return None
@@ -339,7 +343,7 @@ class Verifier:
         found = answer["fresh"].get("found")
         if isinstance(found, str) and found:
             return rejected(found[:300], **base)
-        loaded = _load_outputs(session.job_dir / "fresh.sets", fresh_made.outputs, self.compare_on)
+        loaded = _load_outputs(session.dir, "fresh.sets", fresh_made.outputs, self.compare_on)
         if isinstance(loaded, str):
             return rejected(loaded, **base)
         fresh, _ = loaded
@@ -425,7 +429,7 @@ def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
     return verdict
 
 
-def _load_outputs(path: Path, like: list[list], device: torch.device,
+def _load_outputs(held: JobDir, name: str, like: list[list], device: torch.device,
                   extra_sets: int = 0) -> tuple[list[list], dict] | str:
     """The output sets the child saved (as many as the reference's `like`, plus up to `extra_sets`)
     and the file's extra dict, on `device`; or why they can't be judged. The candidate's process
@@ -434,12 +438,12 @@ def _load_outputs(path: Path, like: list[list], device: torch.device,
     allocated (tensor_files.py), and read into this process, never mapped."""
     limit = (1 + extra_sets) * (sum(map(_nbytes, like)) + OUTPUT_FILE_SLACK_BYTES * (1 + len(like)))
     try:
-        with open_bounded(path, limit) as handle:
+        with held.open_bounded(name, limit) as handle:
             sets, extra = load_sets(handle, limit, device)
         if not len(like) <= len(sets) <= len(like) + extra_sets:
             raise ValueError(f"{len(sets)} output sets for {len(like)} input sets")
     except FileNotFoundError:
-        return f"unreadable outputs: the candidate's process left no {path.name}"
+        return f"unreadable outputs: the candidate's process left no {name}"
     except (OSError, ValueError) as exc:  # TensorFileError, UnsafeFileError: the verdict, never a crash here
         detail = error_line(exc)[:200]
         return f"unreadable outputs: the candidate's process left an outputs file that cannot be judged ({detail})"
