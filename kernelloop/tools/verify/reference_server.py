@@ -10,6 +10,7 @@ file goes on to the candidate's job dir.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -44,7 +45,6 @@ class ReferenceServer:
                                                 self.job_dir, timeout_s, timeout_s, phases=())
         self.ops: list[str] = []
         self.warnings: list[str] = []
-        self._count = 0
         sizes = self.ask("ready", None)
         # Bytes of one input set and its output (None: unknown until a set is made)
         self.input_bytes, self.output_bytes = sizes.get("input_bytes"), sizes.get("output_bytes")
@@ -71,9 +71,10 @@ class ReferenceServer:
 
     def make(self, seeds: list[int], variants: bool) -> Made:
         """Inputs for `seeds` and the reference's outputs on them, the outputs in this process only."""
-        self._count += 1
-        inputs_path = self.job_dir / f"inputs-{self._count}.sets"
-        outputs_path = self.job_dir / f"outputs-{self._count}.sets"
+        # Names nobody can guess: in plain mode a candidate could otherwise plant something there.
+        tag = secrets.token_hex(8)
+        inputs_path = self.job_dir / f"inputs-{tag}.sets"
+        outputs_path = self.job_dir / f"outputs-{tag}.sets"
         answer = self.ask("make", {"seeds": seeds, "variants": variants, "inputs_path": str(inputs_path),
                                    "outputs_path": str(outputs_path)})
         # Written by the trusted job, but in a dir a plain-mode candidate could reach: opened the

@@ -59,6 +59,23 @@ def resolve_device(device: str) -> str:
     return device
 
 
+MAX_CLAIMED_SECONDS = 1e10  # a number the child reports above this (or not finite) is dropped, not believed
+
+
+def claimed_seconds(raw: object) -> dict[str, float]:
+    """The {name: seconds} a child reports (its costs), keeping only finite, plausible numbers."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k)[:64]: float(v) for k, v in raw.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < MAX_CLAIMED_SECONDS}  # NaN fails too
+
+
+def claimed_names(raw: object) -> list[str]:
+    """Names the child reports (ops, kernels): a list of strings, or the keys of a dict; else none."""
+    items = raw.keys() if isinstance(raw, dict) else raw if isinstance(raw, list) else []
+    return [item[:200] for item in items if isinstance(item, str)][:10_000]
+
+
 def secret_seeds(count: int) -> list[int]:
     """Seeds nobody can know ahead: a candidate can't have memorised answers for their inputs."""
     return [secrets.randbelow(2**31 - 1) + 1 for _ in range(count)]
@@ -231,6 +248,11 @@ class Verifier:
                                     file_size_bytes=file_size)
         try:
             verdict = self._converse(session, made, problem, server)
+        except ProblemError:  # the trusted side failed: the problem's error, not the candidate's verdict
+            raise
+        except Exception as exc:  # noqa: BLE001 - any error while judging becomes a verdict, never a crash
+            verdict = rejected(f"judging failed on what the candidate's process sent: {error_line(exc)[:300]}",
+                               device=self.device)
         finally:
             session.send({"done": {}})  # its last report (claims, costs), if it still follows the protocol
             outcome = session.finish(wait_s=DONE_WAIT_S)
@@ -241,13 +263,13 @@ class Verifier:
             verdict.feedback = _feedback(verdict.reason, outcome)
         verdict.warnings = [*made.warnings, *verdict.warnings, *self._interpreter_caveats(candidate, made, outcome)]
         verdict.isolation = self.zygote.mode
-        claims = (outcome.result or {}) if isinstance(outcome.result, dict) else {}
-        candidate_costs = {k: float(v) for k, v in (claims.get("costs") or {}).items() if isinstance(v, (int, float))}
+        claims = outcome.result if isinstance(outcome.result, dict) else {}
+        candidate_costs = claimed_seconds(claims.get("costs"))
         candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s
         verdict.cost_s = {**verdict.cost_s, **self._parent_costs, "child_s": outcome.elapsed_s,
                           **candidate_costs, "total_s": time.perf_counter() - started}
-        written_at = claims.get("written_at")
-        if isinstance(written_at, (int, float)):  # the child's exit after its result: CUDA context teardown
+        written_at = claimed_seconds({"t": claims.get("written_at")}).get("t")  # a time.time() stamp
+        if written_at is not None and written_at > 1e9:  # the child's exit after its result: CUDA context teardown
             verdict.cost_s["exit_s"] = max(0.0, outcome.ended_at - written_at)
         # What the verifier itself costs per candidate: everything but the candidate's own compile,
         # trials and timing, and the reference.
@@ -268,8 +290,7 @@ class Verifier:
         status = result.get("status") if isinstance(result, dict) else None
         if status in {s.value for s in Status} - {"correct"} and isinstance(result.get("reason"), str):
             verdict = Verdict(status=Status(status), reason=result["reason"][:500], **base)
-            launches = result.get("launches")
-            verdict.own_kernels = sorted(launches) if isinstance(launches, dict) else []
+            verdict.own_kernels = sorted(claimed_names(result.get("launches")))
             return verdict
         return Verdict(status=Status.runtime_error, reason=_failure_reason(outcome), **base)
 
@@ -279,10 +300,10 @@ class Verifier:
         trials = message.get("trials") if message else None
         if not isinstance(trials, dict):
             return None
-        launches = trials.get("launches") if isinstance(trials.get("launches"), dict) else {}
-        cand_ops = {op for op in trials.get("ops") or [] if isinstance(op, str)}
+        launches = claimed_names(trials.get("launches"))
+        cand_ops = set(claimed_names(trials.get("ops")))
         library_ops = sorted(set(made.ops) & cand_ops)
-        base = {"device": self.device, "own_kernels": sorted(map(str, launches)), "library_ops": library_ops}
+        base = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
         # Rules on what the candidate's process says it ran. Claims: it can only lie its way out
         # of these, never into a speed it doesn't have (speed and correctness are decided here).
         if not launches:
@@ -357,9 +378,7 @@ class Verifier:
                 return Verdict(status=Status.incorrect, reason=f"{what}: {checked.reason}", max_abs_err=checked.max_abs_err,
                                rel_err=checked.rel_err, trials=trials_run, **base)
             worst_abs, worst_rel = max(worst_abs, checked.max_abs_err), max(worst_rel, checked.rel_err)
-        overhead = trials.get("overhead") if isinstance(trials.get("overhead"), dict) else {}
-        base["cost_s"] = {"compare_s": compare_s,
-                          **{k: float(v) for k, v in overhead.items() if isinstance(v, (int, float))}}
+        base["cost_s"] = {"compare_s": compare_s, **claimed_seconds(trials.get("overhead"))}
         verdict = Verdict(status=Status.correct, reason=f"correct on {trials_run} input sets", trials=trials_run,
                           max_abs_err=worst_abs, rel_err=worst_rel, **base)
         if library_ops:
