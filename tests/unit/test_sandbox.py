@@ -191,3 +191,13 @@ def test_an_out_of_memory_whose_report_failed_is_still_out_of_memory():
     status, reason = classify_exception(recorded)
     assert status == "runtime_error" and reason.startswith("out of memory")
     assert classify_exception(ValueError("bad shape"))[1].startswith("raised ValueError")
+
+
+def test_claims_from_the_candidates_process_are_validated_not_believed():
+    from kernelloop.tools.verify.verifier import claimed_names, claimed_seconds
+
+    assert claimed_seconds({"save_s": 0.5, "list": [1], "huge": 10**400, "nan": float("nan"), "neg": -1.0,
+                            "flag": True, "inf": float("inf")}) == {"save_s": 0.5}
+    assert claimed_seconds([1]) == {} and claimed_seconds(None) == {}
+    assert claimed_names({"triton:relu": 3, 5: 1}) == ["triton:relu"]
+    assert claimed_names(["relu", 7, None]) == ["relu"] and claimed_names(7) == []
