@@ -60,7 +60,10 @@ class LaunchCounter:
 
     def __init__(self):
         self.launches: Counter[str] = Counter()
-        self.skip = False  # while True, Triton launches do nothing (the decoy check)
+        # The decoy checks: "skip", Triton launches do nothing; "perturb", every floating tensor a
+        # launch is given gets noise first (originals kept in `saved`, put back by `restore`).
+        self.mode: str | None = None
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def install(self) -> None:
         from triton.runtime import interpreter, jit
@@ -82,13 +85,30 @@ class LaunchCounter:
         counter = self
 
         def run(self_, *args, **kwargs):
-            if counter.skip:
+            if counter.mode == "skip":
                 return None
+            if counter.mode == "perturb":
+                counter.perturb([*args, *kwargs.values()])
             if not kwargs.get("warmup", False):
                 counter.launches[f"triton:{getattr(self_.fn, '__name__', 'kernel')}"] += 1
             return original_run(self_, *args, **kwargs)
 
         cls.run = run
+
+    def perturb(self, values: list) -> None:
+        for value in values:
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+                key = value.data_ptr()
+                if key not in self.saved:  # the original, once: autotuning may launch again
+                    self.saved[key] = (value, value.detach().clone())
+                with torch.no_grad():
+                    value.add_(torch.randn_like(value).mul_(1.0 + float(value.detach().abs().mean())))
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for value, original in self.saved.values():
+                value.copy_(original)
+        self.saved = {}
 
 
 class _CountedExtension:
@@ -353,26 +373,32 @@ class _CandidateSession:
             outputs.append(out)
         self.costs["trials_s"] = time.perf_counter() - started - self.costs["first_call_s"]
         save_started = time.perf_counter()
-        skipped = self.without_own_kernels()
-        save_sets(Path(self.job["job_dir"]) / "trials.sets", outputs + ([skipped] if skipped is not None else []),
-                  {"skipped": skipped is not None})
+        disturbed = self.decoy_runs()
+        save_sets(Path(self.job["job_dir"]) / "trials.sets", outputs + [d for d in disturbed if d is not None],
+                  {"disturbed": [d is not None for d in disturbed]})
         self.overhead.update(save_s=time.perf_counter() - save_started, first_forward_s=first_forward.get("forward_s", 0.0))
         self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
         return None
 
-    def without_own_kernels(self) -> list | None:
-        """The first set's outputs with every Triton launch skipped, for the parent's decoy check (a
-        forward whose output is right without its own kernels left the work to something else);
-        None when it fails, which is what skipping a kernel that matters usually does."""
+    def decoy_runs(self) -> list[list | None]:
+        """The first set's outputs twice more for the parent's decoy check: with every Triton launch
+        skipped, and with noise added to every floating tensor each launch is given (a flag a
+        kernel only sets still gets set; what a real kernel reads is wrong). A forward still right
+        either way left the work to something else. None for a run that fails, which is what
+        disturbing a kernel that matters usually does; none at all for multi-GB outputs."""
         if not self.job.get("decoy_check", True) or not any(name.startswith("triton:") for name in self.counter.launches):
-            return None
-        self.counter.skip = True
+            return [None, None]
+        return [self._run_disturbed("skip"), self._run_disturbed("perturb")]
+
+    def _run_disturbed(self, mode: str) -> list | None:
+        self.counter.mode = mode
         try:
             out, _, found = run_one(self.model, self.input_sets[0], self.device, self._specs(0))
         except Exception:  # noqa: BLE001 - its kernels mattered: the forward could not go on without them
             return None
         finally:
-            self.counter.skip = False
+            self.counter.mode = None
+            self.counter.restore()  # the model's own parameters among them
         return None if found else out
 
     def setup_timing(self) -> dict[str, Any]:

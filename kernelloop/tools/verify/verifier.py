@@ -238,12 +238,12 @@ class Verifier:
         candidate_path = job_dir / "candidate.py"
         candidate_path.write_text(candidate.source)
         output_bytes = sum(map(_nbytes, made.outputs))
-        # The decoy check reruns a set and saves it too: not for multi-GB outputs (a lint, not the boundary).
+        # The decoy check reruns a set twice and saves it too: not for multi-GB outputs (a lint, not the boundary).
         decoy_check = output_bytes <= budget.LARGE_OUTPUT_BYTES
         job = self._job("candidate", candidate_path=str(candidate_path),
                         inputs_path=str(hand_over(made, job_dir, "inputs.sets")), decoy_check=decoy_check,
                         output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
-        file_size = 2 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (2 + len(made.outputs))
+        file_size = 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs))
         session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
                                     file_size_bytes=file_size)
         try:
@@ -316,11 +316,11 @@ class Verifier:
             return rejected(f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
         compare_started = time.perf_counter()
-        loaded = _load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on, extra_sets=1)
+        loaded = _load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on, extra_sets=2)
         if isinstance(loaded, str):
             return rejected(loaded, **base)
         outputs, saved = loaded
-        skipped = outputs.pop() if saved.get("skipped") is True and len(outputs) > len(made.outputs) else None
+        disturbed, outputs = outputs[len(made.outputs):], outputs[:len(made.outputs)]
         refs = made.outputs
         worst_abs = worst_rel = 0.0
         for trial, (out, ref) in enumerate(zip(outputs, refs)):
@@ -329,7 +329,7 @@ class Verifier:
                 return Verdict(status=Status.incorrect, reason=f"{comparison.reason} (trial {trial + 1})",
                                max_abs_err=comparison.max_abs_err, rel_err=comparison.rel_err, trials=trial + 1, **base)
             worst_abs, worst_rel = max(worst_abs, comparison.max_abs_err), max(worst_rel, comparison.rel_err)
-        decoy = self._decoy(skipped, made, refs[0], problem)
+        decoy = self._decoy(disturbed, made, refs[0], problem)
         if decoy:
             return rejected(decoy, **base)
         compare_s = time.perf_counter() - compare_started
@@ -390,15 +390,17 @@ class Verifier:
             return _with_speed(verdict, judged)
         return verdict
 
-    def _decoy(self, skipped: object, made: Made, ref: list, problem: Problem) -> str | None:
-        """A forward that is still right with its own Triton kernels skipped left the work to
-        something else (torch under other op names, numpy, a cached copy). Not judged where the
-        reference is near zero or constant: unwritten memory can match those."""
-        if made.warnings or not isinstance(skipped, list):
+    def _decoy(self, disturbed: list[list], made: Made, ref: list, problem: Problem) -> str | None:
+        """A forward that is still right with its own Triton kernels skipped, or with noise in
+        everything they are given, left the work to something else (torch under other op names,
+        numpy, a cached copy). Not judged where the reference is near zero or constant: unwritten
+        memory can match those."""
+        if made.warnings:
             return None
-        if compare_outputs(skipped, ref, problem.tolerance, self.compare_on).ok:
-            return ("decoy kernel: with its own Triton kernels skipped the output is still right, so the work is done "
-                    "elsewhere (torch, numpy or a copy); compute the result in your own kernels")
+        for outputs in disturbed:
+            if compare_outputs(outputs, ref, problem.tolerance, self.compare_on).ok:
+                return ("decoy kernel: with its own Triton kernels skipped or given noise the output is still right, "
+                        "so the work is done elsewhere (torch, numpy or a copy); compute the result in your own kernels")
         return None
 
     def _interpreter_caveats(self, candidate: Candidate, made: Made, outcome: JobOutcome) -> list[str]:
