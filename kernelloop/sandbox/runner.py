@@ -366,9 +366,14 @@ class JobSession:
 
     def _time_out(self) -> None:
         self.timed_out = True
+        self._kill_and_reap()
+
+    def _kill_and_reap(self) -> None:
+        """Kill the job's group and wait for the zygote to report its exit; lines the job wrote
+        before it died are dropped."""
         self.zygote._kill_group(self.pid)
         message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
-        while message is not None and "exit" not in message:  # the job's last lines, still being relayed
+        while message is not None and "exit" not in message:
             message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
         if message is None and self.zygote.own_pid_namespace:  # a zygote that can't kill: take the sandbox down
             self.zygote._kill_sandbox()
@@ -391,13 +396,7 @@ class JobSession:
                 if parsed is not None and isinstance(parsed.get("result"), dict):
                     self.result = parsed["result"]
         if not self.ended:
-            self.zygote._kill_group(self.pid)
-            message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
-            while message is not None and "exit" not in message:  # lines it wrote before it died: dropped
-                message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
-            if message is None and self.zygote.own_pid_namespace:
-                self.zygote._kill_sandbox()
-            self.exit_code = message["exit"] if message else None
+            self._kill_and_reap()
         result = None if self.timed_out else self.result
         self.outcome = self.zygote._outcome(self.exit_code, self.timed_out, self.phase, self.started, self.dir,
                                             self.notes, result)

@@ -10,7 +10,10 @@ only, reads at most a stated number of bytes into its own memory, and never maps
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
+import shutil
 import stat
 from pathlib import Path
 
@@ -53,8 +56,9 @@ def _read_at_most(fd: int, limit: int) -> bytes:
 
 
 def open_bounded(path: Path, limit_bytes: int):
-    """A binary file object on a regular file of at most `limit_bytes` (opened as `read_bounded`
-    opens it), for readers that stream (torch.load) instead of copying the whole file first.
+    """A binary file object on a regular file of at most `limit_bytes` (no link followed, no
+    FIFO opened, no directory), for readers that stream into this process's memory. Raises
+    FileNotFoundError when it is missing, UnsafeFileError when it is anything else or larger.
     The size is checked at open; a file that grows later is read only as far as its reader goes."""
     fd, info = _open_regular(path)
     if info.st_size > limit_bytes:
@@ -62,21 +66,6 @@ def open_bounded(path: Path, limit_bytes: int):
         raise UnsafeFileError(f"{path.name} is {info.st_size} bytes, over the {limit_bytes} expected")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
-
-
-def read_bounded(path: Path, limit_bytes: int) -> bytes:
-    """The whole of a regular file of at most `limit_bytes`, read into memory. Raises
-    FileNotFoundError when it is missing, UnsafeFileError when it is anything else or larger."""
-    fd, info = _open_regular(path)
-    try:
-        if info.st_size > limit_bytes:
-            raise UnsafeFileError(f"{path.name} is {info.st_size} bytes, over the {limit_bytes} expected")
-        data = _read_at_most(fd, limit_bytes + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit_bytes:  # it grew while we read
-        raise UnsafeFileError(f"{path.name} grew past the {limit_bytes} bytes expected while it was read")
-    return data
 
 
 def read_tail(path: Path, limit_bytes: int) -> str:
@@ -119,13 +108,32 @@ class JobDir:
 
     def put(self, source: Path, name: str) -> Path:
         """Move the parent's file `source` in as `name` (a rename: whatever the job left under that
-        name is replaced, a link is not followed); UnsafeFileError when that can't be done (the job
-        put a directory there). Returns the path the job sees."""
+        name is replaced, a link is not followed; across filesystems, a copy under a fresh name
+        renamed into place); UnsafeFileError when that can't be done (the job put a directory
+        there). Returns the path the job sees."""
         try:
-            os.replace(source, name, dst_dir_fd=self.fd)
+            try:
+                os.replace(source, name, dst_dir_fd=self.fd)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                staged = f".{name}.{secrets.token_hex(8)}"
+                with open(source, "rb") as src, open(staged, "xb", opener=self._opener) as dst:
+                    shutil.copyfileobj(src, dst, 1 << 24)
+                os.replace(staged, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+                os.unlink(source)
         except OSError as exc:
             raise UnsafeFileError(f"could not hand over {name}: {exc.strerror}") from None
         return self.path / name
+
+    def _opener(self, name: str, flags: int) -> int:
+        return os.open(name, flags | os.O_NOFOLLOW, 0o644, dir_fd=self.fd)
+
+    def __enter__(self) -> JobDir:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -9,9 +9,7 @@ file goes on to the candidate's job dir.
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,14 +103,3 @@ class ReferenceServer:
         self.session.finish()
         if not keep:
             remove_job_dir(self.job_dir)
-
-
-def hand_over(made: Made, job_dir: Path, name: str) -> Path:
-    """Move an inputs file into a candidate's job dir (a rename where both share a filesystem)."""
-    target = job_dir / name
-    try:
-        os.replace(made.inputs_path, target)
-    except OSError:
-        shutil.copyfile(made.inputs_path, target)
-        made.inputs_path.unlink(missing_ok=True)
-    return target

@@ -29,7 +29,7 @@ from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_di
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.verify import budget, interpreter_order
 from kernelloop.tools.verify.compare import compare_device, compare_outputs
-from kernelloop.tools.verify.reference_server import Made, ReferenceServer, hand_over
+from kernelloop.tools.verify.reference_server import Made, ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed, summarize_all
 from kernelloop.tools.verify.static_check import first_violation
 from kernelloop.tools.verify.tensor_files import load_sets
@@ -241,7 +241,7 @@ class Verifier:
         # The decoy check reruns a set twice and saves it too: not for multi-GB outputs (a lint, not the boundary).
         decoy_check = output_bytes <= budget.LARGE_OUTPUT_BYTES
         job = self._job("candidate", candidate_path=str(candidate_path),
-                        inputs_path=str(hand_over(made, job_dir, "inputs.sets")), decoy_check=decoy_check,
+                        inputs_path=str(self._hand_over(made, job_dir)), decoy_check=decoy_check,
                         output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
         file_size = 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs))
         session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
@@ -278,6 +278,12 @@ class Verifier:
         if not self.keep_jobs:
             remove_job_dir(job_dir)
         return verdict
+
+    @staticmethod
+    def _hand_over(made: Made, job_dir: Path) -> Path:
+        """The trial inputs into a fresh job dir, before any job code runs there."""
+        with JobDir(job_dir) as held:
+            return held.put(made.inputs_path, "inputs.sets")
 
     def _ended_early(self, outcome: JobOutcome) -> Verdict:
         """The verdict of a job that ended before the parent had what it needed."""
