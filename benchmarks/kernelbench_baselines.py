@@ -26,6 +26,13 @@ def number(path: Path) -> int:
     return int(match.group(1)) if match else 10**9
 
 
+def done_problems(out: Path) -> set[str]:
+    """The problems a raw file already has a line for: a rerun goes on after them."""
+    if not out.is_file():
+        return set()
+    return {json.loads(line)["problem"] for line in out.read_text().splitlines() if line.strip()}
+
+
 def report(folder: Path) -> str:
     """A summary of every raw file in `folder`, one section each: counts, wall time, the slowest."""
     lines = ["# KernelBench baselines on the H100", "",
@@ -61,9 +68,7 @@ def main() -> None:
         return
     if args.level_dir is None or args.out is None:
         parser.error("a level dir and --out are needed, or --report DIR")
-    done = set()
-    if args.out.is_file():
-        done = {json.loads(line)["problem"] for line in args.out.read_text().splitlines() if line.strip()}
+    done = done_problems(args.out)
     started = time.perf_counter()
     problems = sorted(args.level_dir.glob("*.py"), key=number)
     with Verifier(device="cuda", workspace=args.workspace, trials=1) as verifier, args.out.open("a") as out:

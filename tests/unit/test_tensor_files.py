@@ -125,9 +125,9 @@ def test_a_large_tensor_goes_in_many_slices_and_comes_back_whole(tmp_path, monke
     writes: list[int] = []
     original_raw = tensor_files._raw
 
-    def counted_raw(piece):
+    def counted_raw(piece, stage=None):
         writes.append(tensor_files.nbytes_of(piece))
-        return original_raw(piece)
+        return original_raw(piece, stage)
 
     monkeypatch.setattr(tensor_files, "_raw", counted_raw)
     big = torch.randn(30, 500)  # 2000-byte rows, each larger than a slice

@@ -46,7 +46,7 @@ if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
 from kernelloop.problem import import_source
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, seed_all, synchronize, to_device
+from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
 from kernelloop.tools.verify.compare import flatten_outputs
 from kernelloop.tools.verify.reference_job import run_reference
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
@@ -445,10 +445,7 @@ def run_baselines(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     from kernelloop.tools.profile.measure import measure_baselines
 
     problem = import_source(Path(job["problem_path"]), "kernelloop_problem")
-    input_sets = []
-    for seed in job["seeds"]:
-        seed_all(seed)
-        input_sets.append(list(problem.get_inputs()))
+    input_sets = [make_inputs(problem, seed, job["device"]) for seed in job["seeds"]]
     channel.phase("timing")
     with torch.no_grad():
         return {"status": "ran", "timing": measure_baselines(problem, input_sets, job["device"], {**job, "init_seed": INIT_SEED})}

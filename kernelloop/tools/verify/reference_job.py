@@ -11,7 +11,7 @@ Model once, and then answers the parent on its channel:
   back      back-to-back calls of eager, which the parent times with its own clock
   close     the end
 The candidate's process never holds reference outputs, baseline timings or anything else the
-verdict is decided from (DESIGN.md, "The trust boundary").
+verdict is decided from (docs/architecture.md, "The verifier and its trust boundary").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 
 from kernelloop.problem import import_source
 from kernelloop.sandbox.channel import Channel
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, cpu_outputs, seed_all, synchronize, to_device
+from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
 from kernelloop.tools.verify.compare import flatten_outputs
 from kernelloop.tools.verify.tensor_files import save_sets
 
@@ -34,10 +34,11 @@ def degenerate_output_warnings(outputs: list) -> list[str]:
     for index, out in enumerate(outputs):
         if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
             continue
-        values = out.detach().double()
-        if float(values.abs().max()) < 1e-6:
+        # min and max in one pass and no copy: outputs can be several GB, on the GPU.
+        low, high = (float(v) for v in torch.aminmax(out.detach().reshape(-1)))
+        if max(abs(low), abs(high)) < 1e-6:
             warnings.append(f"output {index} of the reference is near zero (max |x| < 1e-6): zeros would pass elementwise checks")
-        elif out.numel() > 1 and float(values.std()) == 0.0:
+        elif out.numel() > 1 and low == high:
             warnings.append(f"output {index} of the reference is constant: a kernel could return it without computing")
     return warnings
 
@@ -59,10 +60,7 @@ class ReferenceJob:
 
     def inputs_for(self, seeds: list[int], variants: bool) -> list[list]:
         """One input set per seed; with `variants`, the problem's extra shapes go before the last."""
-        sets = []
-        for seed in seeds:
-            seed_all(seed)
-            sets.append(list(self.problem.get_inputs()))
+        sets = [make_inputs(self.problem, seed, self.device) for seed in seeds]
         if variants:
             extra = []
             if hasattr(self.problem, "get_input_variants"):
@@ -75,6 +73,13 @@ class ReferenceJob:
         return sets
 
     def make(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("variants"):
+            # A new verification: the last one's timed sets are never timed again; free their
+            # device memory before this one's are made (set by set, so the baselines' list keeps
+            # its length and nothing recompiles).
+            self.last_sets = []
+            for index in range(len(self.sets)):
+                self.sets[index] = []
         sets = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
         outputs = []
         with torch.no_grad():
@@ -87,7 +92,9 @@ class ReferenceJob:
                 else:
                     out = self.model(*to_device(inputs, self.device))
                 synchronize(self.device)
-                outputs.append(cpu_outputs(flatten_outputs(out)))
+                # Left where they are: save_sets streams a device tensor out slice by slice,
+                # so a multi-GB output never has a whole second copy on the host.
+                outputs.append([o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)])
         self.last_sets = sets
         save_sets(request["inputs_path"], sets, {"init_inputs": self.init_inputs})
         save_sets(request["outputs_path"], outputs)

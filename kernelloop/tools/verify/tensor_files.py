@@ -88,12 +88,17 @@ def save_sets(path: str | Path, sets: list[list], extra: dict | None = None) -> 
         offset += size
     header["data_bytes"] = offset
     text = json.dumps(header, separators=(",", ":")).encode()
+    # Device tensors cross to the CPU through one pinned buffer, reused: a fresh pageable copy of
+    # every slice was most of the time a multi-GB output took to write.
+    on_gpu = [t for t in tensors if t.device.type == "cuda"]
+    stage = (torch.empty(min(max(map(nbytes_of, on_gpu)), CHUNK_BYTES), dtype=torch.uint8, pin_memory=True)
+             if on_gpu else None)
     with open(path, "wb") as handle:
         handle.write(PREFIX.pack(MAGIC, len(text)))
         handle.write(text)
         for t in tensors:
             for piece in _pieces(t, CHUNK_BYTES):
-                handle.write(_raw(piece).numpy())
+                handle.write(_raw(piece, stage).numpy())
     return PREFIX.size + len(text) + offset
 
 
@@ -149,10 +154,16 @@ def _pieces(t: torch.Tensor, limit: int):
         yield t[start:start + step]
 
 
-def _raw(piece: torch.Tensor) -> torch.Tensor:
-    """A slice's bytes as a contiguous CPU uint8 tensor (conj and neg views resolved first)."""
-    piece = piece.resolve_conj().resolve_neg().to("cpu").contiguous()
-    return piece.reshape(-1).view(torch.uint8)
+def _raw(piece: torch.Tensor, stage: torch.Tensor | None = None) -> torch.Tensor:
+    """A slice's bytes as a contiguous CPU uint8 tensor (conj and neg views resolved first); a
+    CUDA slice is copied into `stage` (synchronously: the caller writes it before the next)."""
+    piece = piece.resolve_conj().resolve_neg()
+    if piece.device.type == "cuda" and stage is not None:
+        flat = piece.contiguous().reshape(-1).view(torch.uint8)
+        stage = stage[:flat.numel()]
+        stage.copy_(flat)
+        return stage
+    return piece.to("cpu").contiguous().reshape(-1).view(torch.uint8)
 
 
 # --------------------------------------------------------------------------- reading
