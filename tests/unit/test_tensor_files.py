@@ -8,6 +8,7 @@ import io
 import os
 import json
 import struct
+from pathlib import Path
 
 import pytest
 import torch
@@ -370,3 +371,19 @@ def test_the_verifier_gives_a_huge_problem_one_trial_set_and_refuses_one_that_ca
     impossible = SimpleNamespace(output_bytes=host_total, input_bytes=0, problem=SimpleNamespace(path="p.py"))
     with pytest.raises(ProblemError, match="too large for this machine's memory"):
         verifier.trial_count(impossible)
+
+
+def test_a_reference_whose_files_are_over_the_candidates_file_limit_is_still_made(tmp_path, monkeypatch):
+    """KernelBench main, level 1, problem 87: an 8 GiB output, over the default file-size limit;
+    here the same with the limit made 1 MiB and a problem whose sets are 25 MB."""
+    from kernelloop.problem import Problem
+    from kernelloop.sandbox import isolation
+    from kernelloop.tools.verify.verifier import Verifier, secret_seeds
+
+    monkeypatch.setattr(isolation, "DEFAULT_FILE_SIZE_BYTES", 1 << 20)
+    problem = Problem.from_file(Path("kernelloop/evals/problems/3_LayerNorm.py"))
+    with Verifier(device="cpu", workspace=tmp_path) as verifier:
+        server = verifier.server(problem)
+        made = server.make(secret_seeds(1), variants=False)
+        assert made.inputs_path.stat().st_size > 1 << 20
+        assert sum(t.numel() * t.element_size() for t in made.outputs[0]) > 1 << 20

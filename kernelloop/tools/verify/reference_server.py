@@ -21,6 +21,11 @@ from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_di
 from kernelloop.sandbox.safe_io import open_bounded
 from kernelloop.tools.verify.tensor_files import TensorFileError, load_sets
 
+# The trusted job writes the problem's own inputs and outputs, whatever their size (KernelBench
+# main, level 1, problem 87: an 8 GiB output, over the candidates' default file limit); no
+# candidate code runs there, so its only file limit is the disk.
+TRUSTED_FILE_SIZE_BYTES = 1 << 40
+
 
 @dataclass
 class Made:
@@ -40,7 +45,8 @@ class ReferenceServer:
         self.problem, self.root, self.timeout_s, self.outputs_device = problem, root, timeout_s, outputs_device
         self.job_dir = new_job_dir(root / "jobs", "ref-")
         self.session: JobSession = zygote.start({**job, "kind": "reference", "problem_path": str(problem.path)},
-                                                self.job_dir, timeout_s, timeout_s, phases=())
+                                                self.job_dir, timeout_s, timeout_s, phases=(),
+                                                file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
         self.ops: list[str] = []
         self.warnings: list[str] = []
         sizes = self.ask("ready", None)
