@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from kernelloop.problem import Candidate, Problem
+from kernelloop.results import Code
 from kernelloop.tools.verify.verifier import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def main() -> None:
                    "reason": verdict.reason[:160], "speedup": verdict.speedup, "speed_source": verdict.speed_source,
                    "seconds": round(time.perf_counter() - started, 2), "isolation": verdict.isolation,
                    "warnings": verdict.warnings}
-            if "sandbox worker died" in verdict.reason:
+            if verdict.code is Code.worker_died:
                 logs = sorted(workspace.glob("verifier/*/zygote.log"))
                 row["zygote_logs"] = {str(log.relative_to(workspace)): log.read_text()[-3000:] for log in logs}
             rows.append(row)

@@ -4,7 +4,7 @@ Units are in the names: every time is milliseconds (`*_ms`) or seconds (`*_s`).
 Nothing here rounds; rounding is for display only.
 
 These are stdlib dataclasses, not pydantic models, because the verifier must import on a bare
-GPU node that has only torch, triton and nvidia-ml-py (DESIGN.md). `Record` gives them the
+GPU node that has only torch, triton and nvidia-ml-py (docs/architecture.md). `Record` gives them the
 pydantic method names (model_dump, model_dump_json, model_validate, model_copy) so callers
 read the same whichever kind of type they hold; the agent, graph and eval layers embed them
 in pydantic models as plain fields.
@@ -75,7 +75,7 @@ class Record:
         return dataclasses.replace(self, **(update or {}))
 
 class Status(str, Enum):
-    """The verdict of one candidate. Exactly one of these, as DESIGN.md fixes them."""
+    """The verdict of one candidate. Exactly one of these, as docs/architecture.md fixes them."""
 
     correct = "correct"
     incorrect = "incorrect"
@@ -83,6 +83,78 @@ class Status(str, Enum):
     runtime_error = "runtime_error"
     timeout = "timeout"
     rejected = "rejected"
+
+
+class Code(str, Enum):
+    """Why a verdict is what it is, beside the one-line `reason`: callers (the critic, bench,
+    routing, the CLI) branch on this, never on words in the reason. `unknown`: a verdict written
+    before codes existed."""
+
+    unknown = "unknown"
+    correct = "correct"
+    # compile_error
+    syntax = "syntax"
+    cut_off = "cut_off"  # the model's reply ended inside the code
+    no_modelnew = "no_modelnew"
+    modelnew_failed = "modelnew_failed"  # ModelNew(*get_init_inputs()) raised
+    import_failed = "import_failed"
+    compile_failed = "compile_failed"  # Triton (or load_inline) could not compile a kernel
+    # runtime_error
+    out_of_memory = "out_of_memory"
+    crashed = "crashed"  # killed by a signal (an illegal memory access, most often)
+    worker_died = "worker_died"  # the sandbox worker itself died while the job ran
+    exited = "exited"  # sys.exit / os._exit before reporting
+    raised = "raised"
+    problem_error = "problem_error"  # the problem's reference failed, not the candidate
+    # timeout
+    timed_out = "timed_out"
+    # incorrect
+    wrong_type = "wrong_type"  # shape, dtype, layout, output count or a tensor subclass
+    nonfinite = "nonfinite"  # NaN/inf where the reference has none (or the other way round)
+    mismatch = "mismatch"  # elements outside atol/rtol, or the norm-relative error too large
+    off_on_most = "off_on_most"  # the norm passes but most elements are off on their own scale
+    biased = "biased"  # a one-sided (scale or offset) error
+    stale_on_fresh_inputs = "stale_on_fresh_inputs"  # right on the trials, wrong on fresh values after timing
+    wrong_on_extra_sets = "wrong_on_extra_sets"  # under the reference's roofline and wrong on the extra sets
+    # rejected
+    forbidden_import = "forbidden_import"
+    forbidden_call = "forbidden_call"
+    try_except = "try_except"
+    reference_model = "reference_model"
+    monkeypatch = "monkeypatch"
+    stream_or_thread = "stream_or_thread"
+    no_own_kernel = "no_own_kernel"
+    leaves_work_to_torch = "leaves_work_to_torch"
+    library_ops_strict = "library_ops_strict"
+    writes_to_inputs = "writes_to_inputs"
+    aliases_input = "aliases_input"
+    decoy_kernel = "decoy_kernel"
+    faster_than_possible = "faster_than_possible"
+    timing_contradicted = "timing_contradicted"
+    unreadable_outputs = "unreadable_outputs"
+    tampered_job_dir = "tampered_job_dir"
+    judging_failed = "judging_failed"
+
+
+_CODES_BY_STATUS = {
+    Status.correct: ("correct",),
+    Status.compile_error: ("syntax", "cut_off", "no_modelnew", "modelnew_failed", "import_failed", "compile_failed"),
+    Status.runtime_error: ("out_of_memory", "crashed", "worker_died", "exited", "raised", "problem_error"),
+    Status.timeout: ("timed_out",),
+    Status.incorrect: ("wrong_type", "nonfinite", "mismatch", "off_on_most", "biased", "stale_on_fresh_inputs",
+                       "wrong_on_extra_sets"),
+}
+# Every code belongs to one status; `unknown` to none (it goes with any).
+STATUS_OF: dict[Code, Status] = {Code(name): status for status, names in _CODES_BY_STATUS.items() for name in names}
+STATUS_OF.update({code: Status.rejected for code in Code if code not in STATUS_OF and code is not Code.unknown})
+
+
+def code_of(value: object) -> Code:
+    """A code from its value; anything unknown (a newer or forged code) reads as `unknown`."""
+    try:
+        return Code(value)
+    except ValueError:
+        return Code.unknown
 
 
 @dataclass
@@ -130,6 +202,7 @@ class Measurement(Record):
     compile_s: dict[str, float] = field(default_factory=dict)  # baselines' compile times (trusted job)
     kernels: list[dict[str, Any]] = field(default_factory=list)  # the candidate's profile: claims
     kernel_split: dict[str, Any] = field(default_factory=dict)  # own vs library device time: claims
+    launches: list[dict[str, Any]] = field(default_factory=list)  # own Triton kernels' grid, warps, registers: claims
     roofline: dict[str, Any] = field(default_factory=dict)  # FLOPs, bytes and floors (trusted job)
     gpu: GpuState | None = None  # NVML, read by the parent
     device_name: str | None = None
@@ -139,11 +212,185 @@ class Measurement(Record):
 
 
 @dataclass
+class Element(Record):
+    """One output element: its index (per dimension) and both values."""
+
+    index: list[int]
+    got: float
+    expected: float
+
+
+@dataclass
+class InputSet(Record):
+    """How one input set fared: its output's shape and whether it passed."""
+
+    trial: int  # 1-based, in the order the sets ran
+    shape: list[int]
+    ok: bool
+    code: Code = Code.correct
+
+    def __post_init__(self) -> None:
+        self.code = code_of(self.code)
+
+
+@dataclass
+class Localisation(Record):
+    """Where a wrong output is wrong, computed by the parent from the outputs (tools/verify/localise.py).
+    Rows are the output viewed as (everything but the last dimension, the last dimension)."""
+
+    output: int = 0  # which output of the forward
+    trial: int = 0  # the first input set it failed on, 1-based
+    shape: list[int] = field(default_factory=list)
+    numel: int = 0
+    bad: int = 0  # elements out of tolerance, non-finite mismatches among them
+    nonfinite: int = 0  # NaN/inf where the reference has a finite value (or another kind)
+    nonfinite_kind: str = ""  # "NaN", "inf" or "NaN and inf"
+    first_nonfinite: list[int] | None = None
+    rows_bad: int = 0
+    rows: int = 0
+    bad_rows: str = ""  # ranges, e.g. "1-127"
+    whole_rows: bool = False  # every element of every bad row is bad
+    first_row_only_right: bool = False  # row 0 right, every other row wrong: a row stride or offset
+    columns_bad: int = 0
+    columns: int = 0
+    bad_columns: str = ""
+    tail_from: int | None = None  # flat index from which every element is bad, and none before
+    period: int | None = None  # every bad flat index is offset (mod period)
+    offset: int | None = None
+    block: int | None = None  # bad elements only at these positions within blocks of this size
+    block_positions: list[int] = field(default_factory=list)
+    blocks_bad: int = 0  # of the blocks of `block_size`, how many hold a bad element
+    block_size: int = 0
+    blocks: int = 0
+    worst: list[Element] = field(default_factory=list)  # largest finite errors, worst first
+    median_rel_err: float | None = None  # over the bad finite elements with a nonzero reference
+    sets: list[InputSet] = field(default_factory=list)  # every trial set, passed or not
+    irregular_only: bool = False  # failed only on sets whose shapes are not multiples of 16
+    notes: list[str] = field(default_factory=list)
+
+    _record_lists: ClassVar[dict[str, type]] = {"worst": Element, "sets": InputSet}
+
+
+@dataclass
+class KernelShare(Record):
+    """One kernel of the candidate's profile (its claim) and its share of device time."""
+
+    name: str
+    kind: str  # "own", "library:<category>" or "other"
+    calls: int
+    mean_ms: float
+    share: float  # of the profiled device time, 0-1
+
+
+@dataclass
+class LaunchFacts(Record):
+    """What the Triton compiler said about one own kernel as launched (the candidate's claim, GPU only)."""
+
+    kernel: str
+    grid: list[int] = field(default_factory=list)
+    num_warps: int | None = None
+    registers: int | None = None  # per thread
+    spills: int | None = None  # registers spilled to local memory, per thread
+    shared_bytes: int | None = None  # per program
+
+
+@dataclass
+class RooflineFacts(Record):
+    """Where the candidate's time sits against this GPU's datasheet peaks (the reference's FLOPs and bytes)."""
+
+    peaks: str
+    peak_key: str
+    flops: float
+    bytes: float
+    floor_ms: float
+    compute_floor_ms: float
+    memory_floor_ms: float
+    bound: str  # "memory" or "compute": which floor is higher
+    measured_ms: float
+    percent_of_limit: float  # 100 * floor / measured
+    achieved_gb_per_s: float
+    bandwidth_pct: float  # of the datasheet bandwidth
+    achieved_tflops: float
+    flops_pct: float  # of the datasheet peak for peak_key
+    sm_count: int | None = None
+
+
+@dataclass
+class HostDevice(Record):
+    """Where a call's wall time goes: device work (the profiler's, all streams) against the
+    parent's clock around back-to-back calls."""
+
+    event_ms: float  # the candidate's event median (a claim)
+    device_ms_per_call: float | None = None  # the profiler's device time per call (a claim)
+    host_ms_per_call: float | None = None  # the parent's clock
+    host_share: float | None = None  # 1 - device / host: the part of a call the device is idle
+    speed_source: str = ""
+
+
+@dataclass
+class NcuFacts(Record):
+    """Nsight Compute's view of one own kernel launch."""
+
+    kernel: str
+    duration_ms: float | None = None
+    occupancy_pct: float | None = None
+    registers_per_thread: int | None = None
+    shared_bytes_per_block: float | None = None
+    grid_size: str = ""
+    block_size: str = ""
+    top_stalls: list[list] = field(default_factory=list)  # [[reason, warps stalled per issue], ...]
+    throughput_pct: dict[str, float] = field(default_factory=dict)  # by level: "l1", "l2", "dram", "sm"
+    dram_gb_per_s: float | None = None
+    bank_conflicts: float | None = None  # shared-memory bank conflicts, loads and stores
+    shared_wavefronts: float | None = None  # shared-memory wavefronts (ideal: one per request)
+    sectors_per_request: float | None = None  # global loads: 4 is coalesced 32-bit, 32 is one sector per thread
+    local_spill_requests: float | None = None  # local-memory (spill) loads and stores
+
+
+@dataclass
+class Profile(Record):
+    """What the critic reads about a correct candidate's device time: built by the parent from the
+    Measurement (tools/profile/profiler.py: profile_of) and, where it ran, Nsight Compute. The
+    kernel table, launches and shares are the candidate's claims; the roofline, the parent's clock
+    and NVML are not. Verdict.profile holds its model_dump()."""
+
+    kernels: list[KernelShare] = field(default_factory=list)
+    own_share: float = 0.0
+    library_share: float = 0.0
+    other_share: float = 0.0
+    library_kernels: list[str] = field(default_factory=list)
+    device_ms_total: float = 0.0  # profiled device time, all calls
+    roofline: RooflineFacts | None = None
+    host_device: HostDevice | None = None
+    gpu: GpuState | None = None
+    launches: list[LaunchFacts] = field(default_factory=list)
+    ncu: list[NcuFacts] = field(default_factory=list)
+    ncu_note: str = ""  # why there is no Nsight Compute data, when there is none
+    profiling_s: float = 0.0  # wall time Nsight Compute took for this candidate
+    device_name: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    _records: ClassVar[dict[str, type]] = {"roofline": RooflineFacts, "host_device": HostDevice, "gpu": GpuState}
+    _record_lists: ClassVar[dict[str, type]] = {"kernels": KernelShare, "launches": LaunchFacts, "ncu": NcuFacts}
+
+    @classmethod
+    def of(cls, verdict_profile: dict[str, Any] | None) -> Profile | None:
+        """A verdict's profile as the record; None for none, or one in the format before this record."""
+        if not verdict_profile:
+            return None
+        try:
+            return cls.model_validate(verdict_profile)
+        except (TypeError, ValueError):
+            return None
+
+
+@dataclass
 class Verdict(Record):
     """What the verifier says about one candidate against one problem."""
 
     status: Status
     reason: str  # one line a person can act on
+    code: Code = Code.unknown  # the reason as a code: branch on this, never on the reason's words
     device: str = "cpu"
     max_abs_err: float | None = None
     rel_err: float | None = None  # ||out-ref|| / ||ref||, worst over trials and outputs
@@ -161,22 +408,24 @@ class Verdict(Record):
     stdout_tail: str = ""
     stderr_tail: str = ""
     gpu: GpuState | None = None
-    profile: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None  # a Profile's model_dump() (Profile.of reads it back)
+    localisation: Localisation | None = None  # where an incorrect output is wrong
     cost_s: dict[str, float] = field(default_factory=dict)  # where the verifier's wall time went
     isolation: str = ""  # the sandbox that judged: "bubblewrap" or "plain" (as far as a plain process allows)
     speed_source: str = ""  # where `speedup` comes from: "events (confirmed by the parent's clock)" or "parent clock"
 
-    _records: ClassVar[dict[str, type]] = {"gpu": GpuState}
+    _records: ClassVar[dict[str, type]] = {"gpu": GpuState, "localisation": Localisation}
     _record_maps: ClassVar[dict[str, type]] = {"timings": TimingStats}
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
+        self.code = code_of(self.code)
 
     @property
     def ok(self) -> bool:
         return self.status is Status.correct
 
 
-def rejected(reason: str, feedback: str = "", **extra: Any) -> Verdict:
+def rejected(code: Code, reason: str, feedback: str = "", **extra: Any) -> Verdict:
     """A verdict for a broken rule; the reason doubles as feedback unless one is given."""
-    return Verdict(status=Status.rejected, reason=reason, feedback=feedback or reason, **extra)
+    return Verdict(status=Status.rejected, reason=reason, code=code, feedback=feedback or reason, **extra)

@@ -41,6 +41,7 @@ class Extraction(BaseModel):
     error: str | None = Field(default=None, description="one line: why there is no usable candidate")
     notes: list[str] = Field(default_factory=list, description="what was done to get the source")
     blocks: int = Field(default=0, description="fenced code blocks in the answer")
+    cut_off: bool = Field(default=False, description="the reply ended inside the code (or before any)")
 
     @property
     def ok(self) -> bool:
@@ -223,9 +224,10 @@ def extract_candidate(content: str, reasoning: str = "", finish_reason: str | No
         why = "no code block with `class ModelNew` in the reply"
         if cut_off:
             why += " (the reply was cut off by the token limit before any code: raise max_tokens)"
-        return Extraction(error=why, notes=notes, blocks=blocks)
+        return Extraction(error=why, notes=notes, blocks=blocks, cut_off=cut_off)
     problem = Candidate(source).syntax_error()
-    if in_open_block or (cut_off and not blocks):
+    truncated = in_open_block or (cut_off and not blocks)
+    if truncated:
         # Cut-off code can still parse (a forward that ends early returns None): never use it.
         problem = f"the reply was cut off inside the code ({problem or 'the code parses but is incomplete'})"
-    return Extraction(source=source, error=problem, notes=notes, blocks=blocks)
+    return Extraction(source=source, error=problem, notes=notes, blocks=blocks, cut_off=truncated)

@@ -85,7 +85,7 @@ def test_shipped_example_is_correct_and_timed(verifier, candidate_path):
 def test_honest_kernel_is_timed_and_not_flagged(verifier, relu_problem):
     verdict = verifier.verify(kernel(HONEST), relu_problem)
     assert verdict.status is Status.correct, verdict.reason
-    assert verdict.noise_floor is not None and verdict.profile["kernel_split"]["own_share"] > 0.5
+    assert verdict.noise_floor is not None and verdict.profile["own_share"] > 0.5
 
 
 def test_cached_result_fails_on_fresh_inputs(verifier, relu_problem):

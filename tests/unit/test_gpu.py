@@ -134,28 +134,11 @@ def failing_nvml(monkeypatch):
 def test_no_nvml_degrades_to_none(broken, request):
     request.getfixturevalue(broken)
     assert gpu.read_state(0) is None
-    assert gpu.pick_idle_gpu() is None
     with gpu.measure_around(0) as state:
         pass
     assert state.sm_clock_mhz == []
     assert len(state.notes) == 1
     assert ("not importable" if broken == "no_pynvml" else "NVML unavailable") in state.notes[0]
-
-
-def test_choose_idle_prefers_least_memory_and_skips_busy():
-    states = [
-        reading(index=0, util=97, mem=70_000),  # busy
-        reading(index=1, util=0, mem=900),
-        reading(index=2, util=0, mem=520),
-        reading(index=3, util=0, mem=30_000),  # someone's tensors resident
-    ]
-    assert gpu.choose_idle(states) == 2
-
-
-def test_choose_idle_none_when_all_busy_or_unknown():
-    assert gpu.choose_idle([reading(util=50)]) is None
-    assert gpu.choose_idle([{**reading(), "utilization_pct": None}]) is None
-    assert gpu.choose_idle([]) is None
 
 
 def test_match_uuid_ignores_nvml_prefix_and_case():

@@ -104,7 +104,7 @@ def test_to_base_unit(value, unit, base):
 
 
 def test_parse_raw_page():
-    kernels = parse_ncu_csv((NCU / "raw_h100_gemm_relu.csv").read_text())
+    kernels = parse_ncu_csv((NCU / "hand_written_raw_gemm_relu.csv").read_text())
     assert [(k.id, k.kernel) for k in kernels] == [
         (0, "fused_gemm_relu_kernel"),
         (1, "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT"),
@@ -128,7 +128,7 @@ def test_parse_raw_page():
 
 
 def test_parse_details_page_with_display_names():
-    kernels = parse_ncu_csv((NCU / "details_h100_softmax.csv").read_text())
+    kernels = parse_ncu_csv((NCU / "hand_written_details_softmax.csv").read_text())
     assert len(kernels) == 1
     k = kernels[0]
     assert k.kernel == "softmax_kernel"
@@ -160,19 +160,19 @@ def test_parse_details_page_with_raw_metric_names():
 
 
 def test_parse_without_a_table_is_empty():
-    assert parse_ncu_csv((NCU / "permission_error.txt").read_text()) == []
+    assert parse_ncu_csv((NCU / "hand_written_permission_error.txt").read_text()) == []
     assert parse_ncu_csv("") == []
 
 
 def test_parse_rejects_a_truncated_row():
-    lines = (NCU / "raw_h100_gemm_relu.csv").read_text().splitlines()
+    lines = (NCU / "hand_written_raw_gemm_relu.csv").read_text().splitlines()
     lines[-1] = lines[-1].rsplit(",", 3)[0]
     with pytest.raises(NcuError, match=r"line \d+: \d+ fields"):
         parse_ncu_csv("\n".join(lines))
 
 
 def test_permission_error_degrades_to_a_note():
-    report = read_ncu_output((NCU / "permission_error.txt").read_text())
+    report = read_ncu_output((NCU / "hand_written_permission_error.txt").read_text())
     assert report.kernels == []
     assert any("ERR_NVGPUCTRPERM" in note and "root" in note for note in report.notes)
     assert any("no kernels were profiled" in note for note in report.notes)
@@ -180,7 +180,7 @@ def test_permission_error_degrades_to_a_note():
 
 
 def test_unknown_metric_error_becomes_a_note():
-    notes = ncu_notes((NCU / "bad_metric.txt").read_text())
+    notes = ncu_notes((NCU / "hand_written_bad_metric.txt").read_text())
     assert notes == ["ncu error: Failed to find metric sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
 
 
@@ -190,7 +190,7 @@ def test_read_ncu_output_notes_unreadable_tables_instead_of_raising():
 
 
 def test_read_ncu_output_of_a_good_run_has_no_notes():
-    report = read_ncu_output((NCU / "raw_h100_gemm_relu.csv").read_text())
+    report = read_ncu_output((NCU / "hand_written_raw_gemm_relu.csv").read_text())
     assert len(report.kernels) == 3 and report.notes == []
 
 
@@ -207,7 +207,7 @@ def test_ncu_available_reports_a_permission_error_seen_in_output(monkeypatch):
     monkeypatch.setattr(ncu, "find_ncu", lambda: "/usr/local/cuda/bin/ncu")
     monkeypatch.setattr(ncu, "NVIDIA_PARAMS", Path("/nonexistent/params"))
     assert ncu_available() == (True, "ncu at /usr/local/cuda/bin/ncu")
-    ok, note = ncu_available((NCU / "permission_error.txt").read_text())
+    ok, note = ncu_available((NCU / "hand_written_permission_error.txt").read_text())
     assert not ok and "ERR_NVGPUCTRPERM" in note and note.startswith("/usr/local/cuda/bin/ncu")
 
 
@@ -239,7 +239,7 @@ def test_find_ncu_falls_back_to_install_dirs(monkeypatch, tmp_path):
 
 
 def test_report_round_trips_through_json_with_kernel_records():
-    report = read_ncu_output((NCU / "raw_h100_gemm_relu.csv").read_text())
+    report = read_ncu_output((NCU / "hand_written_raw_gemm_relu.csv").read_text())
     again = NcuReport.model_validate_json(report.model_dump_json())
     assert again == report
     assert all(isinstance(k, NcuKernelSummary) for k in again.kernels)

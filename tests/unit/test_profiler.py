@@ -1,4 +1,4 @@
-"""profiler.py on the CPU: kernel tables, own-vs-library shares, the critic's summary."""
+"""profiler.py on the CPU: kernel tables, own-vs-library shares, the critic's Profile."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelloop.tools.profile import profiler, roofline
-from kernelloop.tools.profile.ncu import NcuReport, read_ncu_output
+from kernelloop.results import Measurement
+from kernelloop.tools.profile import profiler
+from kernelloop.tools.profile.ncu import read_ncu_output
+from kernelloop.tools.profile.ncu_budget import refusal, with_ncu
 from kernelloop.tools.profile.profiler import (
     KernelRow,
     ProfilerError,
     aggregate_kernels,
     classify_kernels,
     kernel_kind,
-    summarize_profile,
+    profile_of,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -25,7 +27,7 @@ OWN = ["fused_gemm_relu_kernel"]
 
 
 def h100_rows() -> list[KernelRow]:
-    events = json.loads((FIXTURES / "profiler" / "h100_events.json").read_text())
+    events = json.loads((FIXTURES / "profiler" / "hand_written_events.json").read_text())
     return aggregate_kernels([(name, ms) for name, ms in events], "cuda")
 
 
@@ -62,7 +64,7 @@ def test_kernel_table_rejects_zero_iters():
         profiler.kernel_table(lambda: None, iters=0)
 
 
-def test_classify_recorded_h100_events():
+def test_classify_hand_written_h100_style_events():
     shares = classify_kernels(h100_rows(), OWN)
     assert shares["own_kernels"] == ["fused_gemm_relu_kernel"]
     assert shares["own_ms"] == pytest.approx(0.4124 + 0.4110)
@@ -136,57 +138,59 @@ def test_kernel_kind(name, kind):
 # --------------------------------------------------------------------------- summary
 
 
-def test_summarize_profile_for_the_critic():
-    h100 = roofline.peaks_for("NVIDIA H100 80GB HBM3")
-    n = 4096
-    flops, n_bytes = 2 * n**3, 3 * n * n * 2
-    ncu = read_ncu_output((NCU / "raw_h100_gemm_relu.csv").read_text())
-    summary = summarize_profile(
-        rows=h100_rows(),
-        own_kernel_names=OWN,
-        measured_ms=0.4,
-        flops=flops,
-        bytes_moved=n_bytes,
-        peaks=h100,
-        peak_key="bf16",
-        ncu=ncu,
-        top_n=2,
-    )
-    json.dumps(summary)  # JSON-ready
-    assert [k["name"] for k in summary["kernels"]] == [
-        "fused_gemm_relu_kernel",
-        "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT",
-    ]
-    assert summary["kernels"][0]["kind"] == "own"
-    assert summary["kernels"][1]["kind"] == "library:cublas"
-    assert summary["shares"]["own"] == pytest.approx(0.8234 / 1.5978)
-    assert "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT" in summary["shares"]["library_kernels"]
-    expected_floor = flops / 989.4e9  # ms
-    assert summary["roofline"]["floor_ms"] == pytest.approx(expected_floor)
-    assert summary["roofline"]["bound"] == "compute"
-    assert summary["roofline"]["percent_of_limit"] == pytest.approx(100 * expected_floor / 0.4)
-    assert [k["kernel"] for k in summary["ncu"]] == ["fused_gemm_relu_kernel", "fused_gemm_relu_kernel"]
-    assert summary["ncu"][0]["top_stalls"][0] == ["math_pipe_throttle", 3.07]
-    assert summary["notes"] == []
+def recorded_measurement(name: str) -> Measurement:
+    data = json.loads((FIXTURES / "speed" / f"{name}.json").read_text())
+    data.pop("recorded")
+    return Measurement.model_validate(data)
 
 
-def test_summarize_profile_carries_ncu_notes_and_default_peaks():
-    summary = summarize_profile(
-        flops=0,
-        bytes_moved=10**9,
-        peaks=roofline.peaks_for("Mystery GPU"),
-        peak_key="fp32",
-        ncu=NcuReport(notes=["ncu: no permission"]),
-    )
-    assert "kernels" not in summary
-    assert summary["roofline"]["bound"] == "memory"
-    assert "measured_ms" not in summary["roofline"]
-    assert summary["ncu"] == []
-    assert "ncu: no permission" in summary["notes"]
-    assert any("peaks unknown" in note for note in summary["notes"])
+def test_profile_of_a_recorded_h100_measurement():
+    """tests/fixtures/speed/honest.json was recorded on an H100: a Triton ReLU over 64 MiB in, 64 MiB out."""
+    measurement = recorded_measurement("honest")
+    profile = profile_of(measurement, event_ms=0.0490, measured_ms=0.0490, speed_source="events")
+    assert [(k.name, k.kind, k.share) for k in profile.kernels] == [("relu_kernel", "own", 1.0)]
+    assert profile.own_share == 1.0 and profile.library_share == 0.0
+    roof = profile.roofline
+    assert roof.bound == "memory" and roof.peaks == "H100 SXM"
+    assert roof.achieved_gb_per_s == pytest.approx(134217728 / 0.0490 / 1e6)
+    assert roof.bandwidth_pct == pytest.approx(100 * roof.achieved_gb_per_s / 3350.0)
+    assert roof.percent_of_limit == pytest.approx(100 * 0.04006499343283582 / 0.0490)
+    assert profile.host_device.device_ms_per_call == pytest.approx(0.46560199999999985 / 10)
+    assert profile.host_device.host_share == pytest.approx(1 - 0.046560199999999985 / 0.05004590000012854)
+    assert profile.gpu.sm_clock_mhz == [1980, 1980] and "not run" in profile.ncu_note
 
 
-def test_summarize_profile_notes_an_incomplete_roofline():
-    summary = summarize_profile(flops=10)
-    assert "roofline" not in summary
-    assert "roofline skipped" in summary["notes"][0]
+def test_profile_of_drops_claimed_rows_and_launches_that_do_not_fit():
+    measurement = recorded_measurement("decoy")
+    measurement.kernels += [{"name": "forged", "calls": -1, "total_ms": 1e30, "mean_ms": 1.0, "percent": 1.0,
+                             "device": "cuda"}, {"made_up": 1}, "not a row"]
+    measurement.launches = [{"kernel": "relu_kernel", "grid": [4], "num_warps": 4, "registers": 32, "spills": 0,
+                             "shared_bytes": 0}, {"kernel": "x", "grid": ["many"]}, {"kernel": "y", "spills": 2**60}]
+    profile = profile_of(measurement, 0.05, 0.05, "events")
+    assert [k.name for k in profile.kernels][1:] == ["relu_kernel"]
+    assert profile.library_share == pytest.approx(0.972, abs=0.01)
+    assert [(launch.kernel, launch.grid) for launch in profile.launches] == [("relu_kernel", [4])]
+
+
+def test_ncu_facts_join_the_profile_with_their_cost():
+    report = read_ncu_output((NCU / "hand_written_raw_gemm_relu.csv").read_text())
+    profile = with_ncu(profile_of(recorded_measurement("honest"), 0.049, 0.049, "events").model_dump(), report, 12.5)
+    assert profile["profiling_s"] == 12.5 and profile["ncu_note"] == ""
+    assert [facts["kernel"] for facts in profile["ncu"]] == ["fused_gemm_relu_kernel", "fused_gemm_relu_kernel"]
+    first = profile["ncu"][0]
+    assert first["occupancy_pct"] == 12.45 and first["registers_per_thread"] == 168
+    assert first["top_stalls"][0] == ["math_pipe_throttle", 3.07]
+    assert first["throughput_pct"] == {"sm": 74.02, "dram": 36.84}
+
+
+def test_ncu_notes_stand_in_for_facts_when_it_measured_nothing():
+    report = read_ncu_output((NCU / "hand_written_permission_error.txt").read_text())
+    profile = with_ncu(None, report, 3.0)
+    assert profile["ncu"] == [] and "ERR_NVGPUCTRPERM" in profile["ncu_note"]
+
+
+def test_ncu_stays_within_a_tenth_of_the_run():
+    assert "CPU" in refusal("cpu", 10_000.0, 0.0)
+    assert refusal("cuda", 100.0, 0.0) is not None  # 30 s of 130 s would be 23%
+    assert refusal("cuda", 1000.0, 0.0) is None  # 30 s of 1030 s
+    assert "within 10%" in refusal("cuda", 1000.0, 80.0, last_ncu_s=40.0)  # 120 of 1040 s

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Status
+from kernelloop.results import STATUS_OF, Code, Status
 from kernelloop.tools.verify.tensor_files import load_sets
 from kernelloop.tools.verify.verifier import Verifier
 
@@ -188,9 +188,9 @@ def test_an_out_of_memory_whose_report_failed_is_still_out_of_memory():
 
     recorded = RuntimeError('NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at '
                             '"/pytorch/c10/cuda/CUDACachingAllocator.cpp":1135, please report a bug to PyTorch.')
-    status, reason = classify_exception(recorded)
-    assert status == "runtime_error" and reason.startswith("out of memory")
-    assert classify_exception(ValueError("bad shape"))[1].startswith("raised ValueError")
+    code, reason = classify_exception(recorded)
+    assert code is Code.out_of_memory and STATUS_OF[code] is Status.runtime_error and reason.startswith("out of memory")
+    assert classify_exception(ValueError("bad shape")) == (Code.raised, "raised ValueError: bad shape")
 
 
 def test_claims_from_the_candidates_process_are_validated_not_believed():

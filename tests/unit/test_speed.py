@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelloop.results import Code
 from kernelloop.tools.verify import speed
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "speed"
@@ -34,12 +35,12 @@ def test_an_honest_kernel_is_timed_and_not_a_win_over_an_equal_eager_op():
     assert judged.speedup == pytest.approx(1.0, abs=0.02)  # a Triton ReLU is torch's ReLU, memory-bound
     assert judged.win is False and any("within the noise floor" in w for w in judged.warnings)
     assert not any(w.startswith("host-bound") for w in judged.warnings)
-    assert judged.profile["kernel_split"]["own_share"] > 0.9
+    assert judged.profile.own_share > 0.9 and judged.profile.kernels[0].kind == "own"
 
 
 def test_side_stream_work_is_rejected_from_the_profile():
     judged = speed.judge_speed(recorded("side_stream"))
-    assert judged.rejection.startswith("stream or thread")
+    assert judged.rejection.startswith("stream or thread") and judged.rejection_code is Code.stream_or_thread
     assert judged.timings["candidate"].median_ms < 0.01  # the events saw almost nothing
     assert not any(w.startswith("host-bound") for w in judged.warnings)  # the rejection tells it
 
@@ -51,12 +52,14 @@ def test_a_decoy_kernel_beside_torch():
     profile rule catches it alone."""
     measurement = recorded("decoy")
     assert how_recorded("decoy")["reason"].startswith("leaves the work to torch")
-    split = measurement["kernel_split"]
-    assert split["library_share"] == pytest.approx(0.972, abs=0.01)
-    assert speed.judge_speed(measurement).rejection is None
+    judged = speed.judge_speed(measurement)
+    assert judged.profile.library_share == pytest.approx(0.972, abs=0.01)  # the parent's split of the claimed table
+    assert judged.rejection is None
     cheaper = copy.deepcopy(measurement)
-    cheaper["kernel_split"]["library_share"] = 0.995
-    assert speed.judge_speed(cheaper).rejection.startswith("no kernel of its own")
+    own = next(row for row in cheaper["kernels"] if row["name"] == "relu_kernel")
+    own["total_ms"] = own["mean_ms"] = 0.0001  # a decoy a hundred times cheaper
+    judged = speed.judge_speed(cheaper)
+    assert judged.rejection.startswith("no kernel of its own") and judged.rejection_code is Code.no_own_kernel
 
 
 def test_host_work_before_the_launch_stays_out_of_device_time_but_is_reported():
@@ -101,7 +104,8 @@ def test_a_time_under_the_reference_floor_but_over_the_output_floor_is_flagged_n
         "the reference's 1.37e+11 FLOPs and 1.34e+08 bytes need on H100 SXM; judged on extra input sets "
         "(structured/adversarial values)"]
     # percent_of_limit keeps its meaning (the reference floor over the measured time): past 100 here
-    assert judged.profile["roofline"]["percent_of_limit"] == pytest.approx(100 * 0.2778 / 0.0997, rel=0.02)
+    assert judged.profile.roofline.percent_of_limit == pytest.approx(100 * 0.2778 / 0.0997, rel=0.02)
+    assert judged.profile.roofline.bound == "compute"
 
 
 def test_a_measurement_without_an_output_floor_is_never_rejected_on_the_reference_floor():
@@ -148,7 +152,8 @@ def _forged(scale: float) -> dict:
     measurement = copy.deepcopy(recorded("honest"))
     for name in ("candidate", "candidate_again"):
         measurement["samples_ms"][name] = [scale * ms for ms in measurement["samples_ms"][name]]
-    measurement["kernel_split"]["total_ms"] *= scale  # its profile agrees with its timer: both forged
+    for row in measurement["kernels"]:  # its profile agrees with its timer: both forged
+        row["total_ms"] *= scale
     return measurement
 
 

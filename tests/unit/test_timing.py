@@ -11,8 +11,6 @@ from kernelloop.tools.profile import timing
 from kernelloop.tools.profile.timing import (
     MIN_NOISE_FLOOR,
     TimingError,
-    event_vs_host_disagreement,
-    events_disagree,
     is_win,
     noise_floor,
     run_rounds,
@@ -91,25 +89,6 @@ def test_is_win_needs_to_clear_the_noise():
         is_win(-1.0, 0.05)
     with pytest.raises(TimingError):
         is_win(1.1, float("nan"))
-
-
-def test_event_vs_host_disagreement_hand_computed():
-    assert event_vs_host_disagreement(1.0, 1.0) == 0.0
-    assert event_vs_host_disagreement(0.2, 1.0) == pytest.approx(4.0)
-    assert event_vs_host_disagreement(1.0, 0.9) == pytest.approx(-0.1)
-    assert event_vs_host_disagreement(0.0, 1.0) == math.inf  # events saw nothing, the host did
-    assert event_vs_host_disagreement(0.0, 0.0) == 0.0
-    with pytest.raises(TimingError):
-        event_vs_host_disagreement(-1.0, 1.0)
-    with pytest.raises(TimingError):
-        event_vs_host_disagreement(1.0, float("nan"))
-
-
-def test_events_disagree_flags_hidden_work_but_not_launch_overhead():
-    assert events_disagree(0.2, 1.0)  # side stream hid 0.8 ms per call
-    assert not events_disagree(1.0, 1.1)  # 10%: jitter
-    assert not events_disagree(0.004, 0.02)  # 4 us kernel, 20 us of Python launch: 5x but tiny
-    assert events_disagree(0.0, 0.5)  # all the work on a side stream
 
 
 # --------------------------------------------------------------------------- the round loop

@@ -1,4 +1,4 @@
-"""The verifier imports on a bare GPU node: torch, triton and nvidia-ml-py only (DESIGN.md).
+"""The verifier imports on a bare GPU node: torch, triton and nvidia-ml-py only (docs/architecture.md).
 
 Runs in a fresh interpreter so modules already imported by other tests can't hide a missing
 dependency; the agent-side packages are blocked at import.
@@ -17,6 +17,8 @@ VERIFIER_MODULES = (
     "kernelloop.tools.verify.speed",
     "kernelloop.tools.profile.ncu",
     "kernelloop.tools.verify.harness",
+    "kernelloop.tools.verify.localise",
+    "kernelloop.tools.profile.ncu_budget",
 )
 
 

@@ -34,8 +34,6 @@ THROTTLING_REASONS = frozenset(
     {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 )
 
-IDLE_UTILIZATION_PCT = 5  # NVML's utilization is a sampled busy fraction; a few % is background noise
-IDLE_MEMORY_USED_MIB = 1024  # a bare CUDA context holds ~500 MiB; more means someone's tensors are resident
 _MIB = 1024 * 1024
 _MILLIWATTS_PER_WATT = 1000.0
 
@@ -131,40 +129,6 @@ def read_state(index: int) -> dict[str, Any] | None:
         nvml.nvmlShutdown()
     state["notes"] = notes
     return state
-
-
-def choose_idle(states: list[dict[str, Any]]) -> int | None:
-    """The index of the idle GPU with the least memory in use, or None when none is idle.
-
-    Idle: utilization at most IDLE_UTILIZATION_PCT and memory used at most IDLE_MEMORY_USED_MIB.
-    A state with either reading missing is not considered idle.
-    """
-    idle = [
-        s
-        for s in states
-        if s.get("utilization_pct") is not None
-        and s.get("memory_used_mib") is not None
-        and s["utilization_pct"] <= IDLE_UTILIZATION_PCT
-        and s["memory_used_mib"] <= IDLE_MEMORY_USED_MIB
-    ]
-    if not idle:
-        return None
-    return min(idle, key=lambda s: (s["memory_used_mib"], s["index"]))["index"]
-
-
-def pick_idle_gpu() -> int | None:
-    """NVML index of an idle GPU (see `choose_idle`), or None when none is idle or NVML is unavailable."""
-    nvml, _ = _nvml()
-    if nvml is None:
-        return None
-    try:
-        count = nvml.nvmlDeviceGetCount()
-        states = [_read(nvml, index)[0] for index in range(count)]
-    except nvml.NVMLError:
-        return None
-    finally:
-        nvml.nvmlShutdown()
-    return choose_idle(states)
 
 
 def match_uuid(torch_uuid: str, nvml_uuids: list[str]) -> int | None:

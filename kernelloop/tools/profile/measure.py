@@ -80,7 +80,10 @@ def roofline_of(eager, sets: list[list]) -> dict[str, Any]:
     return {"flops": flops, "bytes": bytes_moved, "output_bytes": output_bytes, "peak_key": key,
             "peaks": peaks.name, "compute_floor_ms": compute_ms, "memory_floor_ms": memory_ms,
             "floor_ms": max(compute_ms, memory_ms),
-            "output_floor_ms": roofline.output_floor_ms(output_bytes, peaks)}
+            "output_floor_ms": roofline.output_floor_ms(output_bytes, peaks),
+            # SMs to fill: the critic's grid-too-small fact (None where no GPU is visible, as in tests)
+            "sm_count": torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+            if torch.cuda.is_available() else None}
 
 
 def measure_baselines(problem, input_sets: list[list], device: str, job: dict) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kernelloop.results import Record
+from kernelloop.results import NcuFacts, Record
 
 TOP_STALLS = 3  # stall reasons kept per kernel
 _BRIEF_FIELDS = (
@@ -75,8 +75,51 @@ def stall_metric(reason: str) -> str:
     return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
 
 
+# Read from `metrics` by their raw names into NcuFacts (results.py): shared memory, the grid,
+# throughput by level, bank conflicts, coalescing and spills.
+FACT_METRICS = {
+    "shared_static": "launch__shared_mem_per_block_static",
+    "shared_dynamic": "launch__shared_mem_per_block_dynamic",
+    "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "conflicts_ld": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "conflicts_st": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "shared_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "global_ld_sectors": "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "global_ld_requests": "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "local_ld_sectors": "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
+    "local_st_sectors": "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",
+}
+
+
 def default_ncu_metrics() -> list[str]:
-    return list(NCU_METRICS.values()) + [stall_metric(reason) for reason in STALL_REASONS]
+    stalls = [stall_metric(reason) for reason in STALL_REASONS]
+    return list(NCU_METRICS.values()) + list(FACT_METRICS.values()) + stalls
+
+
+def ncu_facts(summary: NcuKernelSummary) -> NcuFacts:
+    """The critic's record of one launch: headline metrics, throughput by level, the top stalls,
+    and what points at bank conflicts, uncoalesced loads and spills (None where not measured)."""
+    raw = {name: summary.metrics.get(metric) for name, metric in FACT_METRICS.items()}
+
+    def total(*names: str) -> float | None:
+        values = [raw[name] for name in names if raw[name] is not None]
+        return sum(values) if values else None
+
+    requests = raw["global_ld_requests"]
+    levels = {"sm": summary.sol_compute_pct, "l1": raw["l1_pct"], "l2": raw["l2_pct"], "dram": summary.dram_pct}
+    return NcuFacts(
+        kernel=summary.kernel, duration_ms=summary.duration_ms, occupancy_pct=summary.occupancy_pct,
+        registers_per_thread=summary.registers_per_thread,
+        shared_bytes_per_block=total("shared_static", "shared_dynamic"),
+        grid_size=summary.grid_size, block_size=summary.block_size,
+        top_stalls=[[reason, value] for reason, value in summary.top_stalls()],
+        throughput_pct={level: value for level, value in levels.items() if value is not None},
+        dram_gb_per_s=summary.dram_gb_per_s, bank_conflicts=total("conflicts_ld", "conflicts_st"),
+        shared_wavefronts=raw["shared_wavefronts"],
+        sectors_per_request=raw["global_ld_sectors"] / requests if requests and raw["global_ld_sectors"] is not None
+        else None,
+        local_spill_requests=total("local_ld_sectors", "local_st_sectors"))
 
 
 # The same quantities under their display names, as `--page details` prints them for sections.

@@ -5,8 +5,10 @@ Two jobs, each with a pure, CPU-testable core:
 - `classify_kernels` splits device time between the candidate's own kernels and library
   kernels (cuBLAS, cuDNN, at::native, torch.compile's Triton, flash attention), for the
   cross-check that the candidate does the work itself.
-`summarize_profile` packs them, with the roofline position and an Nsight Compute report
-(ncu.py), into a compact dict for the critic agent. Times are ms unless a name says otherwise.
+`profile_of` turns a Measurement into the Profile record the critic reads (results.py): the
+kernel table with shares, the roofline position, the host/device split, NVML's readings and the
+own kernels' launch facts; Nsight Compute's facts (ncu.py) join it where ncu ran. Times are ms
+unless a name says otherwise.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from typing import Any
 
 import torch
 
-from kernelloop.results import Record
+from kernelloop.results import HostDevice, KernelShare, LaunchFacts, Measurement, Profile, Record, RooflineFacts
 from kernelloop.tools.profile import roofline
-from kernelloop.tools.profile.ncu import NcuReport
 
 _US_PER_MS = 1000.0
 TOP_KERNELS = 5  # rows the critic sees; the rest is summed into the shares
@@ -197,75 +198,83 @@ def classify_kernels(rows: Sequence[KernelRow], own_kernel_names: Sequence[str])
     return result
 
 
-# --------------------------------------------------------------------------- summary for the critic
+# --------------------------------------------------------------------------- the critic's profile
+
+PROFILE_ITERS = 10  # kernel_table's default iterations: totals over these many calls
 
 
-def summarize_profile(
-    *,
-    rows: Sequence[KernelRow] | None = None,
-    own_kernel_names: Sequence[str] = (),
-    measured_ms: float | None = None,
-    flops: int | None = None,
-    bytes_moved: int | None = None,
-    peaks: roofline.DevicePeaks | None = None,
-    peak_key: str | None = None,
-    ncu: NcuReport | None = None,
-    top_n: int = TOP_KERNELS,
-) -> dict[str, Any]:
-    """A compact, JSON-ready summary of what is known about one candidate's device time.
+def claimed_rows(kernels: list[dict[str, Any]]) -> list[KernelRow]:
+    """The candidate's kernel table (a claim) as rows; a row that doesn't fit the record is dropped."""
+    rows = []
+    for item in kernels:
+        try:
+            row = KernelRow.model_validate(item)
+        except (TypeError, ValueError):
+            continue
+        numbers = (row.total_ms, row.mean_ms, row.percent, row.calls)
+        if isinstance(row.name, str) and all(isinstance(v, (int, float)) and 0 <= v < 1e12 for v in numbers):
+            rows.append(row)
+    return rows
 
-    Sections appear only when their inputs are given:
-      kernels: the top_n rows, each with its kind (own / library:<category> / other);
-      shares: own / library / other fractions of device time, and the library kernels;
-      roofline: floor (compute and memory terms), which bound, and percent of the limit
-        reached at `measured_ms` (needs flops, bytes_moved, peaks, peak_key);
-      ncu: the top_n launches by duration with SOL, DRAM, occupancy, registers, tensor pipe
-        and top stall reasons;
-      notes: what could not be measured and why.
-    """
-    summary: dict[str, Any] = {"notes": []}
-    if rows is not None:
-        own = _own_pattern(own_kernel_names)
-        summary["kernels"] = [
-            {
-                "name": row.name,
-                "kind": kernel_kind(row.name, own),
-                "percent": row.percent,
-                "mean_ms": row.mean_ms,
-                "calls": row.calls,
-            }
-            for row in rows[:top_n]
-        ]
-        shares = classify_kernels(rows, own_kernel_names)
-        summary["shares"] = {
-            "own": shares["own_share"],
-            "library": shares["library_share"],
-            "other": shares["other_share"],
-            "library_kernels": sorted(shares["library_kernels"]),
-        }
-    if None not in (flops, bytes_moved, peaks, peak_key):
-        compute_ms, memory_ms = roofline.floor_parts_ms(flops, bytes_moved, peaks, peak_key)
-        floor = max(compute_ms, memory_ms)
-        section: dict[str, Any] = {
-            "flops": flops,
-            "bytes": bytes_moved,
-            "floor_ms": floor,
-            "compute_ms": compute_ms,
-            "memory_ms": memory_ms,
-            "bound": "compute" if compute_ms > memory_ms else "memory",
-            "device": peaks.name,
-            "peak": peak_key,
-        }
-        if peaks.is_default:
-            summary["notes"].append(f"device peaks unknown; used {peaks.name}, so percent_of_limit reads low")
-        if measured_ms is not None:
-            section["measured_ms"] = measured_ms
-            section["percent_of_limit"] = roofline.roofline_position(measured_ms, floor)
-        summary["roofline"] = section
-    elif any(v is not None for v in (flops, bytes_moved)):
-        summary["notes"].append("roofline skipped: needs flops, bytes_moved, peaks and peak_key together")
-    if ncu is not None:
-        launches = sorted(ncu.kernels, key=lambda k: -(k.duration_ms or 0.0))
-        summary["ncu"] = [k.brief() for k in launches[:top_n]]
-        summary["notes"].extend(ncu.notes)
-    return summary
+
+def _launches(raw: list[dict[str, Any]]) -> list[LaunchFacts]:
+    facts = []
+    for item in raw:
+        try:
+            launch = LaunchFacts.model_validate(item)
+        except (TypeError, ValueError):
+            continue
+        ints = [launch.num_warps, launch.registers, launch.spills, launch.shared_bytes, *launch.grid]
+        if isinstance(launch.kernel, str) and all(v is None or (isinstance(v, int) and 0 <= v < 2**40) for v in ints):
+            facts.append(launch)
+    return facts
+
+
+def roofline_facts(roof: dict[str, Any], measured_ms: float, device_name: str | None) -> RooflineFacts | None:
+    """Where `measured_ms` sits against the reference's floors (the trusted job's `roof`) on this GPU."""
+    needed = ("flops", "bytes", "floor_ms", "compute_floor_ms", "memory_floor_ms", "peak_key")
+    if not measured_ms > 0 or any(not isinstance(roof.get(k), (int, float, str)) for k in needed):
+        return None
+    peaks = roofline.peaks_for(device_name or str(roof.get("peaks", "")))
+    flops, moved = float(roof["flops"]), float(roof["bytes"])
+    achieved_gb_per_s = moved / (measured_ms * 1e6)
+    achieved_tflops = flops / (measured_ms * 1e9)
+    try:
+        peak_tflops = peaks.tflops(str(roof["peak_key"]))
+    except roofline.RooflineError:
+        peak_tflops = peaks.fp32_tflops
+    return RooflineFacts(
+        peaks=str(roof.get("peaks", peaks.name)), peak_key=str(roof["peak_key"]), flops=flops, bytes=moved,
+        floor_ms=float(roof["floor_ms"]), compute_floor_ms=float(roof["compute_floor_ms"]),
+        memory_floor_ms=float(roof["memory_floor_ms"]),
+        bound="compute" if roof["compute_floor_ms"] > roof["memory_floor_ms"] else "memory",
+        measured_ms=measured_ms, percent_of_limit=roofline.roofline_position(measured_ms, float(roof["floor_ms"])),
+        achieved_gb_per_s=achieved_gb_per_s, bandwidth_pct=100.0 * achieved_gb_per_s / peaks.memory_gb_per_s,
+        achieved_tflops=achieved_tflops, flops_pct=100.0 * achieved_tflops / peak_tflops,
+        sm_count=roof["sm_count"] if isinstance(roof.get("sm_count"), int) else None)
+
+
+def profile_of(measurement: Measurement, event_ms: float, measured_ms: float, speed_source: str) -> Profile:
+    """The critic's profile of one timed candidate. `event_ms`: its event median (a claim);
+    `measured_ms`: the time its speedup stands on (the events', or the parent clock's)."""
+    rows = claimed_rows(measurement.kernels)
+    launches = _launches(measurement.launches)
+    own_names = [launch.kernel for launch in launches] + [
+        name for name in measurement.kernel_split.get("own_kernels", []) if isinstance(name, str)]
+    split = classify_kernels(rows, own_names)
+    own = _own_pattern(own_names)
+    total = split["total_ms"]
+    device_ms = total / PROFILE_ITERS if total else None
+    host_ms = measurement.host_ms_per_call.get("candidate")
+    return Profile(
+        kernels=[KernelShare(name=row.name, kind=kernel_kind(row.name, own), calls=row.calls, mean_ms=row.mean_ms,
+                             share=row.total_ms / total if total else 0.0) for row in rows],
+        own_share=split["own_share"], library_share=split["library_share"], other_share=split["other_share"],
+        library_kernels=sorted(split["library_kernels"]), device_ms_total=total,
+        roofline=roofline_facts(measurement.roofline, measured_ms, measurement.device_name),
+        host_device=HostDevice(event_ms=event_ms, device_ms_per_call=device_ms, host_ms_per_call=host_ms,
+                               host_share=max(0.0, 1.0 - device_ms / host_ms) if device_ms and host_ms else None,
+                               speed_source=speed_source),
+        gpu=measurement.gpu, launches=launches, device_name=measurement.device_name,
+        ncu_note="Nsight Compute: not run for this candidate (it runs on a round's best correct candidate, "
+                 "within 10% of the run's wall clock)")

@@ -1,7 +1,7 @@
 """The one timing module: device time of callables, interleaved in rounds, and the statistics on it.
 
-Method (DESIGN.md "Timing (GPU)"): one untimed call of each callable, a time-based warm-up
-long enough to raise the clocks from idle, then rounds. In each round every callable runs
+Method (docs/architecture.md, "Speed: claims checked from outside"): one untimed call of each
+callable, a time-based warm-up long enough to raise the clocks from idle, then rounds. In each round every callable runs
 once, in an order rotated per round, on input set `round % n_input_sets`; each call is
 preceded by a 256 MiB L2 flush and bracketed by CUDA events on the current stream. The raw
 per-round times come back aligned by round index, so ratios are taken within a round, where
@@ -14,13 +14,13 @@ work, not the host's launch gaps (without it, a 0.018 ms matmul read 0.05-0.08 m
 verifications on the H100 machine: docs/results/verifier_bench). Host time is not hidden from
 the verdict: the cross-check against `host_ms_per_call` below judges it.
 
-Known gaps, covered by the cross-checks here and in profiler.py:
-- events on the current stream miss work moved to a side stream or a thread; compare with
-  `host_ms_per_call` (device-wide synchronize) via `events_disagree`;
-- a callable that does nothing fast is caught by correctness and the roofline floor, not here.
+Known gaps, covered by the verifier's cross-checks (tools/verify/speed.py), not here:
+- events on the current stream miss work moved to a side stream or a thread: the profiler's
+  device time and the parent's clock around back-to-back calls (`host_ms_per_call`) see it;
+- a callable that does nothing fast is caught by correctness and the roofline floor.
 
-Pure parts (`summarize`, `speedup_from_rounds`, `noise_floor`, `is_win`,
-`event_vs_host_disagreement`, `events_disagree`, and the round loop `run_rounds`) need no GPU.
+Pure parts (`summarize`, `speedup_from_rounds`, `noise_floor`, `is_win`, and the round loop
+`run_rounds`) need no GPU.
 Every time is in milliseconds; nothing is rounded.
 """
 
@@ -51,10 +51,6 @@ DEFAULT_MAX_SAMPLES = 1000
 HOLD_FACTOR = 2.0
 HOLD_MARGIN_MS = 0.02
 MAX_HOLD_MS = 5.0
-
-# Cross-check of event time against host time (see `events_disagree`).
-EVENT_HOST_REL_THRESHOLD = 0.5  # host 50% slower than events: more than launch jitter explains
-EVENT_HOST_ABS_SLACK_MS = 0.05  # Python launch overhead of a few kernels; tiny kernels are host-bound anyway
 
 # Noise floor (see `noise_floor`).
 MIN_NOISE_FLOOR = 0.01  # same kernel, separate runs, still differ ~1% (clocks, placement); never claim less
@@ -147,41 +143,6 @@ def is_win(speedup: float, noise_floor: float) -> bool:
     if not (math.isfinite(noise_floor) and noise_floor >= 0):
         raise TimingError(f"noise_floor must be a finite number >= 0, got {noise_floor!r}")
     return speedup > 1.0 + noise_floor
-
-
-def event_vs_host_disagreement(event_median_ms: float, host_ms_per_call: float) -> float:
-    """How much slower the host clock says a call is than the events do: (host - event) / event.
-
-    Near 0 (or negative: the events include a cold-L2 flush penalty the host loop doesn't
-    pay) for an honest callable. Large and positive when work runs where the events can't
-    see it: a side stream, a background thread, or host work; infinite when the events saw
-    nothing at all (0 ms) but the host clock did. Recommended threshold: see
-    `events_disagree` (above 0.5 AND more than 0.05 ms per call).
-    """
-    if not (math.isfinite(event_median_ms) and event_median_ms >= 0):
-        raise TimingError(f"event_median_ms must be >= 0, got {event_median_ms!r}")
-    if not (math.isfinite(host_ms_per_call) and host_ms_per_call >= 0):
-        raise TimingError(f"host_ms_per_call must be >= 0, got {host_ms_per_call!r}")
-    if event_median_ms == 0:
-        return math.inf if host_ms_per_call > 0 else 0.0
-    return (host_ms_per_call - event_median_ms) / event_median_ms
-
-
-def events_disagree(
-    event_median_ms: float,
-    host_ms_per_call: float,
-    *,
-    rel_threshold: float = EVENT_HOST_REL_THRESHOLD,
-    abs_slack_ms: float = EVENT_HOST_ABS_SLACK_MS,
-) -> bool:
-    """True when the host clock shows clearly more time per call than the events.
-
-    Both conditions must hold: relative disagreement above `rel_threshold` (0.5), and an
-    absolute gap above `abs_slack_ms` (0.05 ms), because a kernel of a few microseconds is
-    dominated by Python launch overhead on the host side and would otherwise always trip.
-    """
-    rel = event_vs_host_disagreement(event_median_ms, host_ms_per_call)
-    return rel > rel_threshold and (host_ms_per_call - event_median_ms) > abs_slack_ms
 
 
 # --------------------------------------------------------------------------- the round loop

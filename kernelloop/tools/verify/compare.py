@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelloop.results import Code
+
 # (atol, rtol, rel) per dtype. Elementwise bounds follow KernelBench's 1e-2 for low precision;
 # the relative-norm bound is what keeps them honest (tf32 matmuls land near 3e-4, bf16 near 4e-3).
 # Two more keys, overridable like these, default to fractions of the effective `rel` (so a problem
@@ -67,6 +69,8 @@ class Comparison:
     max_abs_err: float = 0.0
     rel_err: float = 0.0
     bias: float = 0.0  # the larger mean signed relative error (scale or offset) over the significant elements
+    code: Code = Code.correct  # which check failed (Code.wrong_type, nonfinite, mismatch, off_on_most, biased)
+    output: int = 0  # the output it failed on
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -90,13 +94,17 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
     trusted process holding the reference on a GPU compares there, whatever device `out` is on."""
     where = f"output {index}"
     if type(out) is not torch.Tensor:
-        return Comparison(False, f"tensor subclass: {where} is a {type(out).__name__}, not a plain torch.Tensor")
+        return Comparison(False, f"tensor subclass: {where} is a {type(out).__name__}, not a plain torch.Tensor",
+                          code=Code.wrong_type, output=index)
     if out.layout != torch.strided:  # sparse and the like: the compare below would raise in the trusted process
-        return Comparison(False, f"layout: {where} is {out.layout}, expected a dense (strided) tensor")
+        return Comparison(False, f"layout: {where} is {out.layout}, expected a dense (strided) tensor",
+                          code=Code.wrong_type, output=index)
     if out.shape != ref.shape:
-        return Comparison(False, f"shape: {where} is {tuple(out.shape)}, expected {tuple(ref.shape)}")
+        return Comparison(False, f"shape: {where} is {tuple(out.shape)}, expected {tuple(ref.shape)}",
+                          code=Code.wrong_type, output=index)
     if out.dtype != ref.dtype:
-        return Comparison(False, f"dtype: {where} is {out.dtype}, expected {ref.dtype}")
+        return Comparison(False, f"dtype: {where} is {out.dtype}, expected {ref.dtype}", code=Code.wrong_type,
+                          output=index)
     if out.numel() == 0:
         return Comparison(True)
     tol = tolerance_for(ref.dtype, overrides)
@@ -122,7 +130,8 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
         first, got, expected = stats.first_bad
         return Comparison(False, f"nan: {where} has {stats.bad_values} values whose NaN/inf does not match the "
                                  f"reference's (unwritten or overflowing elements); first at {at(first)}: "
-                                 f"got {got:.6g}, expected {expected:.6g}", math.inf, math.inf)
+                                 f"got {got:.6g}, expected {expected:.6g}", math.inf, math.inf,
+                          code=Code.nonfinite, output=index)
     diff_norm, ref_norm = stats.diff_norm, stats.ref_norm
     rel = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
     # `not x <= bound` throughout: a NaN statistic fails instead of passing
@@ -133,7 +142,7 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
             f"mismatch: {where} max_abs_err={stats.max_abs:.3g} rel_err={rel:.3g} "
             f"(allowed atol={tol['atol']:g} rtol={tol['rtol']:g} rel={tol['rel']:g}); "
             f"worst at {at(worst)}: got {float(flat_out[worst]):.6g}, expected {float(flat_ref[worst]):.6g}",
-            stats.max_abs, rel,
+            stats.max_abs, rel, code=Code.mismatch, output=index,
         )
     significant = stats.significant
     if significant == 0:  # an exact dtype, or a reference of zeros: the checks above said it all
@@ -147,7 +156,7 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
             f"mismatch: {where} is off on most elements though its norm-relative error {rel:.3g} passes: "
             f"{stats.beyond_median_rel:.0f} of the {significant:.0f} elements with |ref| > {floor:.3g} have a relative "
             f"error above median_rel={tol['median_rel']:g} (at most half may); their median relative error "
-            f"is ~{typical:.3g}", stats.max_abs, rel, bias)
+            f"is ~{typical:.3g}", stats.max_abs, rel, bias, Code.off_on_most, index)
     # Three standard errors of the mean on top: a few elements' rounding need not average out.
     allowed = tol["bias"] + 3 * math.sqrt(stats.squares) / significant
     for value, kind in ((scale, "(out - ref) / ref, a scale error,"), (offset, "(out - ref) / |ref|, an offset,")):
@@ -156,7 +165,7 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
                 False,
                 f"mismatch: {where} is biased: {kind} averages {value:+.3g} over the {significant:.0f} elements "
                 f"with |ref| > {floor:.3g} (allowed +-{allowed:.3g}); rounding errors would average out, "
-                f"a systematic error does not", stats.max_abs, rel, value)
+                f"a systematic error does not", stats.max_abs, rel, value, Code.biased, index)
     return Comparison(True, "", stats.max_abs, rel, bias)
 
 
@@ -314,7 +323,8 @@ def compare_outputs(outs: list, refs: list, overrides: dict | None = None,
     """Compare a forward's outputs (flattened to a list) with the reference's; the worst error wins.
     `device`: where the arithmetic runs (default: where each reference lives)."""
     if len(outs) != len(refs):
-        return Comparison(False, f"shape: the candidate returned {len(outs)} outputs, the reference {len(refs)}")
+        return Comparison(False, f"shape: the candidate returned {len(outs)} outputs, the reference {len(refs)}",
+                          code=Code.wrong_type)
     worst = Comparison(True)
     for index, (out, ref) in enumerate(zip(outs, refs)):
         result = compare_one(out, ref, index, overrides, device)

@@ -44,6 +44,7 @@ if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
     raise RuntimeError("CUDA was initialised while the sandbox worker imported its modules")
 
 from kernelloop.problem import import_source
+from kernelloop.results import STATUS_OF, Code
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
@@ -60,6 +61,7 @@ class LaunchCounter:
 
     def __init__(self):
         self.launches: Counter[str] = Counter()
+        self.facts: dict[str, dict[str, Any]] = {}  # per own Triton kernel, as first launched: grid, warps, registers
         # The decoy checks: "skip", Triton launches do nothing; "perturb", every floating tensor a
         # launch is given gets noise first (originals kept in `saved`, put back by `restore`).
         self.mode: str | None = None
@@ -89,9 +91,13 @@ class LaunchCounter:
                 return None
             if counter.mode == "perturb":
                 counter.perturb([*args, *kwargs.values()])
+            name = f"triton:{getattr(self_.fn, '__name__', 'kernel')}"
             if not kwargs.get("warmup", False):
-                counter.launches[f"triton:{getattr(self_.fn, '__name__', 'kernel')}"] += 1
-            return original_run(self_, *args, **kwargs)
+                counter.launches[name] += 1
+            kernel = original_run(self_, *args, **kwargs)
+            if name not in counter.facts and not kwargs.get("warmup", False):
+                counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
+            return kernel
 
         cls.run = run
 
@@ -109,6 +115,23 @@ class LaunchCounter:
             for value, original in self.saved.values():
                 value.copy_(original)
         self.saved = {}
+
+
+def launch_facts(fn, args: tuple, kwargs: dict, kernel) -> dict[str, Any]:
+    """What one launch of a Triton kernel used: its grid, and (compiled for a GPU) the compiler's
+    warps, registers, spills and shared memory. Read once per kernel, so timing pays nothing."""
+    grid = kwargs.get("grid")
+    if callable(grid):
+        try:
+            grid = grid({**dict(zip(getattr(fn, "arg_names", []), args)), **kwargs})
+        except Exception:  # noqa: BLE001 - a grid we can't evaluate is a fact we don't have
+            grid = None
+    meta = getattr(kernel, "metadata", None)
+    number = lambda value: int(value) if isinstance(value, int) else None  # noqa: E731
+    return {"grid": [int(g) for g in grid] if isinstance(grid, (tuple, list)) and all(isinstance(g, int) for g in grid)
+            else [], "num_warps": number(getattr(meta, "num_warps", None)),
+            "registers": number(getattr(kernel, "n_regs", None)), "spills": number(getattr(kernel, "n_spills", None)),
+            "shared_bytes": number(getattr(meta, "shared", None))}
 
 
 class _CountedExtension:
@@ -156,13 +179,13 @@ def storage_span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + t.untyped_storage().nbytes()
 
 
-def aliasing(outputs: list, inputs: list) -> str | None:
+def aliasing(outputs: list, inputs: list) -> tuple[Code, str] | None:
     spans = [storage_span(i) for i in inputs if isinstance(i, torch.Tensor) and i.untyped_storage().nbytes()]
     for index, out in enumerate(outputs):
         if isinstance(out, torch.Tensor) and out.untyped_storage().nbytes():
             lo, hi = storage_span(out)
             if any(lo < b_hi and b_lo < hi for b_lo, b_hi in spans):
-                return f"aliases an input: output {index} shares memory with an input; return a new tensor"
+                return Code.aliases_input, f"aliases an input: output {index} shares memory with an input; return a new tensor"
     return None
 
 
@@ -171,15 +194,16 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
-def mutated(inputs: list, pristine: list) -> str | None:
+def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
     for index, (now, before) in enumerate(zip(inputs, pristine)):
         if isinstance(now, torch.Tensor) and not torch.equal(_bits(now), _bits(before)):
-            return f"writes to its inputs: input {index} changed during forward; kernels must leave inputs untouched"
+            return (Code.writes_to_inputs,
+                    f"writes to its inputs: input {index} changed during forward; kernels must leave inputs untouched")
     return None
 
 
 def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | None = None,
-            costs: dict | None = None) -> tuple[list, list, str | None]:
+            costs: dict | None = None) -> tuple[list, list, tuple[Code, str] | None]:
     """One checked forward: device inputs, poisoned memory, input and alias checks.
 
     `specs`: the outputs' shapes and dtypes, to poison with. `reuse`: device tensors of an earlier call to copy the new values into, so a
@@ -198,24 +222,26 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
         costs["forward_s"] = time.perf_counter() - forward_started
     for index, o in enumerate(out):
         if type(o) is not torch.Tensor:
-            return [], inputs, f"tensor subclass: output {index} is a {type(o).__name__}, not a plain torch.Tensor"
+            return [], inputs, (Code.wrong_type,
+                                f"tensor subclass: output {index} is a {type(o).__name__}, not a plain torch.Tensor")
     problem = aliasing(out, inputs) or mutated(inputs, pristine)
     return [o.detach().cpu() for o in out], inputs, problem
 
 
-def classify_exception(exc: BaseException) -> tuple[str, str]:
+def classify_exception(exc: BaseException) -> tuple[Code, str]:
+    """(code, one-line reason) of an exception the candidate's code raised; its status is STATUS_OF[code]."""
     text = error_line(exc).strip()[:400]
     if any(marker in text.lower() for marker in ("out of memory", "not enough memory", "allocate memory")):
-        return "runtime_error", f"out of memory: {text}"
+        return Code.out_of_memory, f"out of memory: {text}"
     # Seen on the H100 once the child no longer shared the zygote's pipes: an allocation too large
     # for the GPU reached the caching allocator's out-of-memory report, whose NVML query then failed.
     if "CUDACachingAllocator" in text and "nvmlInit" in text:
-        return "runtime_error", f"out of memory (the allocator's report of it failed: {text[:200]})"
+        return Code.out_of_memory, f"out of memory (the allocator's report of it failed: {text[:200]})"
     # Triton front-end errors have their own types; MLIR pass failures surface as RuntimeError.
     if (type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure")
             or "triton.compiler" in type(exc).__module__ or "PassManager::run failed" in text):
-        return "compile_error", f"compile: Triton could not compile a kernel: {text}"
-    return "runtime_error", f"raised {text}"
+        return Code.compile_failed, f"compile: Triton could not compile a kernel: {text}"
+    return Code.raised, f"raised {text}"
 
 
 PREPARED: dict[str, float] = {}  # what prepare() did in this process, and when it finished
@@ -270,9 +296,11 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     try:
         candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate")
     except Exception as exc:  # import errors are the candidate's compile errors
-        return {"status": "compile_error", "reason": f"compile: the candidate failed to import: {exc}".splitlines()[0]}
+        return {"status": "compile_error", "code": Code.import_failed.value,
+                "reason": f"compile: the candidate failed to import: {exc}".splitlines()[0]}
     if not hasattr(candidate, "ModelNew"):
-        return {"status": "compile_error", "reason": "modelnew: the candidate defines no ModelNew"}
+        return {"status": "compile_error", "code": Code.no_modelnew.value,
+                "reason": "modelnew: the candidate defines no ModelNew"}
     steps.lap("import_s")
     # The inputs alone: the reference's outputs never come into this process.
     input_sets, given = read_sets(job["inputs_path"])
@@ -285,7 +313,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     try:
         model = candidate.ModelNew(*given["init_inputs"]).to(device)
     except Exception as exc:
-        return {"status": "compile_error",
+        return {"status": "compile_error", "code": Code.modelnew_failed.value,
                 "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"}
     synchronize(device)
     steps.lap("model_s")
@@ -302,10 +330,12 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         if isinstance(exc, KeyboardInterrupt):
             raise
         if isinstance(exc, SystemExit):
-            return {"status": "runtime_error", "reason": f"exited: the candidate called sys.exit({exc.code})"}
-        status, reason = classify_exception(exc)
+            return {"status": "runtime_error", "code": Code.exited.value,
+                    "reason": f"exited: the candidate called sys.exit({exc.code})"}
+        code, reason = classify_exception(exc)
         traceback.print_exc()
-        return {"status": status, "reason": reason, "launches": dict(counter.launches)}
+        return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason,
+                "launches": dict(counter.launches)}
 
 
 class _CandidateSession:
@@ -331,7 +361,8 @@ class _CandidateSession:
     def run(self) -> dict[str, Any]:
         found = self.trials()
         if found:
-            return {"status": "incorrect" if found.startswith("tensor subclass") else "rejected", "reason": found,
+            code, reason = found
+            return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason,
                     "launches": dict(self.counter.launches)}
         while True:
             request = self.channel.receive()
@@ -349,11 +380,11 @@ class _CandidateSession:
                 self.channel.send({"profile": self.profile()})
             elif kind == "fresh":
                 found = self.fresh(request["fresh"]["inputs_path"])
-                self.channel.send({"fresh": {"found": found}})
+                self.channel.send({"fresh": {"found": found[1], "code": found[0].value} if found else {"found": None}})
             else:  # "done", or anything else: the parent has what it needs
                 return {"status": "ran", **self.claims()}
 
-    def trials(self) -> str | None:
+    def trials(self) -> tuple[Code, str] | None:
         """Every given input set once, outputs saved for the parent; returns a claim-level problem
         (aliasing, input writes, a tensor subclass) or None."""
         recorder = OpRecorder()
@@ -420,9 +451,10 @@ class _CandidateSession:
 
         rows = profiler.kernel_table(lambda: self.model(*self.timing_sets[0]))
         own_names = [name.split(":", 1)[1] for name in self.counter.launches]
-        return {"kernels": [row.model_dump() for row in rows], "kernel_split": profiler.classify_kernels(rows, own_names)}
+        return {"kernels": [row.model_dump() for row in rows], "kernel_split": profiler.classify_kernels(rows, own_names),
+                "launches": [{"kernel": name.split(":", 1)[1], **facts} for name, facts in self.counter.facts.items()]}
 
-    def fresh(self, inputs_path: str) -> str | None:
+    def fresh(self, inputs_path: str) -> tuple[Code, str] | None:
         """Input sets it has never seen: the first written into the buffers it was called with most
         (so caching by pointer or id shows), any others (more scrutiny) as new tensors."""
         self.channel.phase("fresh")
@@ -463,11 +495,11 @@ def run_job(job: dict[str, Any]) -> int:
             torch.cuda.set_per_process_memory_fraction(float(gpu_fraction))
         result = JOBS[job["kind"]](job, channel)
     except SystemExit as exc:
-        result = {"status": "runtime_error", "reason": f"exited: sys.exit({exc.code}) while loading"}
+        result = {"status": "runtime_error", "code": Code.exited.value, "reason": f"exited: sys.exit({exc.code}) while loading"}
     except Exception as exc:
         traceback.print_exc()
-        status, reason = classify_exception(exc)
-        result = {"status": status, "reason": reason}
+        code, reason = classify_exception(exc)
+        result = {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
     sys.stdout.flush()
     sys.stderr.flush()
     result["written_at"] = time.time()  # the parent reports how long the process took to end after this

@@ -21,15 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelloop.results import GpuState, Measurement, TimingStats
-from kernelloop.tools.profile import timing
+from kernelloop.results import Code, GpuState, Measurement, Profile, TimingStats
+from kernelloop.tools.profile import profiler, timing
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE, EAGER
 
 SUSPICIOUS_SPEEDUP = 10.0
 HIDDEN_WORK_RATIO = 1.5  # profiler time per call over event time; the events include a cold L2, so honest kernels sit below 1
 HIDDEN_WORK_SLACK_MS = 0.01
 MIN_NON_LIBRARY_SHARE = 0.01  # below 1% of device time in kernels that aren't a library's: a decoy kernel
-PROFILE_ITERS = 10  # kernel_table's default iterations, to turn totals into per-call times
 HOST_BOUND_RATIO = 1.5  # back-to-back wall time per call over event time (warm L2: device-bound sits below 1)
 HOST_BOUND_SLACK_MS = 0.01
 PARENT_CLOCK_NOISE = 0.05  # a speedup from the parent's clock has no noise floor of its own: claim no less
@@ -46,10 +45,11 @@ class SpeedJudgement:
     noise_floor: float | None
     win: bool | None
     rejection: str | None = None
+    rejection_code: Code | None = None
     suspicious: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     gpu: GpuState | None = None
-    profile: dict[str, Any] = field(default_factory=dict)
+    profile: Profile | None = None
     # Under the reference's roofline floor but not under the output floor: a correct kernel may
     # legitimately skip work (structured operands), so not a rejection, but worth more scrutiny.
     less_work_than_reference: bool = False
@@ -76,24 +76,23 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
                                speedups=speedups, noise_floor=noise,
                                win=timing.is_win(speedup, noise) if speedup else None)
     event_ms = stats[CANDIDATE].median_ms
-    split = measurement.kernel_split
     roof = dict(measurement.roofline)
-    profile_ms_per_call = split.get("total_ms", 0.0) / PROFILE_ITERS
-    judgement.profile = {"kernel_split": split, "kernels": measurement.kernels[:15],
-                         "roofline": roof, "profile_ms_per_call": profile_ms_per_call,
-                         "compile_s": measurement.compile_s, "phase_s": measurement.phase_s,
-                         "device_name": measurement.device_name}
-    if roof.get("floor_ms"):
-        judgement.profile["roofline"]["percent_of_limit"] = 100.0 * roof["floor_ms"] / event_ms
+    host_ms = stats[CANDIDATE].host_ms_per_call
+    judgement.speed_source = EVENTS_CONFIRMED if host_ms else EVENTS_CLAIMED
+    profile = judgement.profile = profiler.profile_of(measurement, event_ms, event_ms, judgement.speed_source)
+    profile_ms_per_call = profile.device_ms_total / profiler.PROFILE_ITERS
 
     if profile_ms_per_call > HIDDEN_WORK_RATIO * event_ms + HIDDEN_WORK_SLACK_MS:
+        judgement.rejection_code = Code.stream_or_thread
         judgement.rejection = (f"stream or thread: the profiler saw {profile_ms_per_call:.4f} ms of device work per call "
                                f"but the events on the current stream only {event_ms:.4f} ms: work runs where the timer can't see it")
-    elif split.get("total_ms") and 1.0 - split.get("library_share", 0.0) < MIN_NON_LIBRARY_SHARE:
+    elif profile.device_ms_total and 1.0 - profile.library_share < MIN_NON_LIBRARY_SHARE:
+        judgement.rejection_code = Code.no_own_kernel
         judgement.rejection = ("no kernel of its own: the profiler puts "
-                               f"{100 * split.get('library_share', 0.0):.1f}% of device time in library kernels")
+                               f"{100 * profile.library_share:.1f}% of device time in library kernels")
     elif roof.get("output_floor_ms") and event_ms < roof["output_floor_ms"]:
         # The one true floor: whatever structure it exploits, a correct kernel writes its output once.
+        judgement.rejection_code = Code.faster_than_possible
         judgement.rejection = (f"faster than any correct kernel can be: {event_ms:.4f} ms measured, but writing its "
                                f"{roof.get('output_bytes', 0):.3g} bytes of output takes at least "
                                f"{roof['output_floor_ms']:.4f} ms on {roof.get('peaks', 'this GPU')}: "
@@ -110,6 +109,7 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     impossible = [(c, w) for c, w in zip(claimed_blocks, parent_blocks) if c > w]
     if impossible and not judgement.rejection:
         claimed_ms, wall_ms = impossible[0]
+        judgement.rejection_code = Code.timing_contradicted
         judgement.rejection = (f"timing contradicted: the candidate's process reported {claimed_ms:.3f} ms of device time "
                                f"in a block of rounds that the parent's clock saw pass in {wall_ms:.3f} ms")
     if speedup and speedup > SUSPICIOUS_SPEEDUP:
@@ -119,8 +119,6 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
         if judgement.gpu.throttled:
             judgement.warnings.append(f"GPU was throttled during timing ({', '.join(judgement.gpu.throttle_reasons)}): "
                                       "treat the numbers with care")
-    host_ms = stats[CANDIDATE].host_ms_per_call
-    judgement.speed_source = EVENTS_CONFIRMED if host_ms else EVENTS_CLAIMED
     # The candidate's event times are its own claim. They stand where the parent's clock, around
     # back-to-back calls ended by a device-wide synchronize, bears them out; otherwise the speedup
     # is the parent clock's. That is honest either way: a host-bound kernel is as slow as a caller
@@ -128,7 +126,8 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     # side stream looks host-bound too, and the rejection tells that story.
     if host_ms and host_ms > HOST_BOUND_RATIO * event_ms + HOST_BOUND_SLACK_MS and not judgement.rejection:
         eager_host_ms = stats[EAGER].host_ms_per_call if EAGER in stats else None
-        judgement.speed_source = PARENT_CLOCK
+        judgement.speed_source = profile.host_device.speed_source = PARENT_CLOCK
+        profile.roofline = profiler.roofline_facts(roof, host_ms, measurement.device_name)
         judgement.speedups = {name: (eager_host_ms if name == EAGER and eager_host_ms else stats[name].median_ms) / host_ms
                               for name in speedups}
         judgement.speedup = speedup = judgement.speedups.get(EAGER)

@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 from kernelloop import source_ast
+from kernelloop.results import Code
 
 # Modules a kernel may import. Anything else (os, sys, subprocess, socket, ctypes, threading,
 # importlib, pickle, ...) can reach the process, the network or the checker.
@@ -754,23 +755,30 @@ def check_strings(tree: ast.Module, source: str | None = None) -> str | None:
     return None
 
 
-CHECKS: tuple[Callable[[ast.Module], str | None], ...] = (
+CHECKS: tuple[tuple[Code, Callable[[ast.Module], str | None]], ...] = (
     # Most specific first: assigning to Tensor.__eq__ is a monkeypatch before it is a dunder access.
-    check_imports, check_try, check_reference, check_monkeypatch, check_streams, check_calls,
+    (Code.forbidden_import, check_imports), (Code.try_except, check_try), (Code.reference_model, check_reference),
+    (Code.monkeypatch, check_monkeypatch), (Code.stream_or_thread, check_streams), (Code.forbidden_call, check_calls),
 )
 
 
-def iter_violations(source: str) -> Iterator[str]:
+def iter_violations(source: str) -> Iterator[tuple[Code, str]]:
     tree = source_ast.parse(source)
-    for check in CHECKS:
+    for code, check in CHECKS:
         reason = check(tree)
         if reason:
-            yield reason
+            yield code, reason
     reason = check_strings(tree, source)
     if reason:
-        yield reason
+        yield Code.forbidden_call, reason
+
+
+def first_broken_rule(source: str) -> tuple[Code, str] | None:
+    """The first broken rule as (code, one-line reason), or None. The source must already parse."""
+    return next(iter_violations(source), None)
 
 
 def first_violation(source: str) -> str | None:
-    """The first broken rule, or None. The source must already parse."""
-    return next(iter_violations(source), None)
+    """The first broken rule's reason, or None."""
+    found = first_broken_rule(source)
+    return found[1] if found else None

@@ -7,7 +7,7 @@ What comes from where:
   host_ms_per_call (candidate, eager)       this process's clock around K back-to-back calls in
                                             each child, ended by a device-wide synchronize there
   parent_block_ms                           this process's clock around each timed block
-  kernels, kernel_split                     the candidate's own profile: claims
+  kernels, kernel_split, launches           the candidate's own profile: claims
   roofline, device_name                     the trusted job
   gpu                                       NVML, read here
 speed.judge_speed turns these into the verdict's speed: the candidate's event times count only
@@ -116,6 +116,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
     profile, _ = _ask(session, "profile", {})
     claimed_profile = profile if isinstance(profile, dict) else {}
     kernels, split = claimed_profile.get("kernels"), claimed_profile.get("kernel_split")
+    launches = claimed_profile.get("launches")
     return judge_speed(Measurement(
         samples_ms=samples,
         host_ms_per_call={"candidate": candidate_wall_ms / calls, "eager": eager_wall_ms / calls},
@@ -123,6 +124,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
         kernel_split=split if isinstance(split, dict) else {},
+        launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
 

@@ -24,14 +24,15 @@ import torch
 from kernelloop.errors import error_line
 from kernelloop.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem, ProblemError
-from kernelloop.results import Status, TimingStats, Verdict, rejected
+from kernelloop.results import STATUS_OF, Code, InputSet, Status, TimingStats, Verdict, code_of, rejected
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.verify import budget, interpreter_order
-from kernelloop.tools.verify.compare import compare_device, compare_outputs
+from kernelloop.tools.verify.compare import Comparison, compare_device, compare_outputs, tolerance_for
+from kernelloop.tools.verify.localise import describe, irregular, localise
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed, summarize_all
-from kernelloop.tools.verify.static_check import first_violation
+from kernelloop.tools.verify.static_check import first_broken_rule
 from kernelloop.tools.verify.tensor_files import load_sets
 from kernelloop.tools.verify.timing_driver import drive_timing
 
@@ -94,13 +95,14 @@ def _nbytes(outputs: list) -> int:
 def precheck(candidate: Candidate, device: str, static_checks: bool = True) -> Verdict | None:
     """The verdict a candidate gets before anything runs (it does not parse, or it breaks a static
     rule), else None. Cheap: the pool runs it on CPU workers before a GPU is taken."""
-    problem_error = candidate.syntax_error()
-    if problem_error:
-        kind = "modelnew" if "ModelNew" in problem_error else "syntax"
-        return Verdict(status=Status.compile_error, reason=f"{kind}: {problem_error}", device=device,
+    found = candidate.syntax_problem()
+    if found:
+        code, problem_error = found
+        kind = "syntax" if code is Code.syntax else "modelnew"
+        return Verdict(status=Status.compile_error, reason=f"{kind}: {problem_error}", code=code, device=device,
                        feedback=f"The candidate did not parse: {problem_error}.")
-    violation = first_violation(candidate.source) if static_checks else None
-    return rejected(violation, device=device) if violation else None
+    broken = first_broken_rule(candidate.source) if static_checks else None
+    return rejected(*broken, device=device) if broken else None
 
 
 PHASE_WORDS = {"compile": "loading, compiling and making its first call", "trials": "running the trials",
@@ -251,7 +253,8 @@ class Verifier:
         except ProblemError:  # the trusted side failed: the problem's error, not the candidate's verdict
             raise
         except Exception as exc:  # noqa: BLE001 - any error while judging becomes a verdict, never a crash
-            verdict = rejected(f"judging failed on what the candidate's process sent: {error_line(exc)[:300]}",
+            verdict = rejected(Code.judging_failed,
+                               f"judging failed on what the candidate's process sent: {error_line(exc)[:300]}",
                                device=self.device)
         finally:
             session.send({"done": {}})  # its last report (claims, costs), if it still follows the protocol
@@ -260,7 +263,7 @@ class Verifier:
             verdict = self._ended_early(outcome)
         verdict.stdout_tail, verdict.stderr_tail = outcome.stdout_tail, outcome.stderr_tail
         if verdict.status != Status.correct and not verdict.feedback.count("stderr (end)"):
-            verdict.feedback = _feedback(verdict.reason, outcome)
+            verdict.feedback = _feedback(verdict.feedback or verdict.reason, outcome)
         verdict.warnings = [*made.warnings, *verdict.warnings, *self._interpreter_caveats(candidate, made, outcome)]
         verdict.isolation = self.zygote.mode
         claims = outcome.result if isinstance(outcome.result, dict) else {}
@@ -291,14 +294,17 @@ class Verifier:
         if outcome.timed_out:
             limit = self.compile_timeout_s if outcome.phase == "compile" else self.run_timeout_s
             reason = f"timed out after {limit:g}s while {_while(outcome.phase)} (killed with its process group)"
-            return Verdict(status=Status.timeout, reason=reason, **base)
+            return Verdict(status=Status.timeout, reason=reason, code=Code.timed_out, **base)
         result = outcome.result
         status = result.get("status") if isinstance(result, dict) else None
         if status in {s.value for s in Status} - {"correct"} and isinstance(result.get("reason"), str):
-            verdict = Verdict(status=Status(status), reason=result["reason"][:500], **base)
+            # The child's code is a claim: kept only where it belongs to the status it reports.
+            code = code_of(result.get("code"))
+            code = code if STATUS_OF.get(code) is Status(status) else Code.unknown
+            verdict = Verdict(status=Status(status), reason=result["reason"][:500], code=code, **base)
             verdict.own_kernels = sorted(claimed_names(result.get("launches")))
             return verdict
-        return Verdict(status=Status.runtime_error, reason=_failure_reason(outcome), **base)
+        return Verdict(status=Status.runtime_error, reason=_failure_reason(outcome), code=_failure_code(outcome), **base)
 
     def _converse(self, session: JobSession, made: Made, problem: Problem, server: ReferenceServer) -> Verdict | None:
         """Drive the candidate's child; None when it ended before reporting its trials."""
@@ -313,31 +319,34 @@ class Verifier:
         # Rules on what the candidate's process says it ran. Claims: it can only lie its way out
         # of these, never into a speed it doesn't have (speed and correctness are decided here).
         if not launches:
-            return rejected("no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
+            return rejected(Code.no_own_kernel,
+                            "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
                             **base)
         if made.ops and set(made.ops) <= cand_ops:
-            return rejected(f"leaves the work to torch: every compute op of the reference ({', '.join(made.ops)}) "
+            return rejected(Code.leaves_work_to_torch, f"leaves the work to torch: every compute op of the reference ({', '.join(made.ops)}) "
                             "still runs through torch beside its own kernels", **base)
         if self.strict and library_ops:
-            return rejected(f"library ops kept with --strict: {', '.join(library_ops)}", **base)
+            return rejected(Code.library_ops_strict, f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
         compare_started = time.perf_counter()
         loaded = _load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on, extra_sets=2)
         if isinstance(loaded, str):
-            return rejected(loaded, **base)
+            return rejected(Code.unreadable_outputs, loaded, **base)
         outputs, saved = loaded
         disturbed, outputs = outputs[len(made.outputs):], outputs[:len(made.outputs)]
         refs = made.outputs
-        worst_abs = worst_rel = 0.0
-        for trial, (out, ref) in enumerate(zip(outputs, refs)):
-            comparison = compare_outputs(out, ref, problem.tolerance, self.compare_on)
-            if not comparison.ok:
-                return Verdict(status=Status.incorrect, reason=f"{comparison.reason} (trial {trial + 1})",
-                               max_abs_err=comparison.max_abs_err, rel_err=comparison.rel_err, trials=trial + 1, **base)
-            worst_abs, worst_rel = max(worst_abs, comparison.max_abs_err), max(worst_rel, comparison.rel_err)
+        # Every set is compared, not only up to the first wrong one: which sets fail is a fact too.
+        comparisons = [compare_outputs(out, ref, problem.tolerance, self.compare_on) for out, ref in zip(outputs, refs)]
+        failed = next((trial for trial, c in enumerate(comparisons) if not c.ok), None)
+        if failed is not None:
+            comparison = comparisons[failed]
+            return _incorrect(comparison, f"{comparison.reason} (trial {failed + 1})", comparison.code, failed + 1,
+                              _localised(comparisons, outputs, refs, failed, problem, self.compare_on), base)
+        worst_abs = max(c.max_abs_err for c in comparisons)
+        worst_rel = max(c.rel_err for c in comparisons)
         decoy = self._decoy(disturbed, made, refs[0], problem)
         if decoy:
-            return rejected(decoy, **base)
+            return rejected(Code.decoy_kernel, decoy, **base)
         compare_s = time.perf_counter() - compare_started
 
         timing_started = time.perf_counter()
@@ -360,7 +369,7 @@ class Verifier:
             fresh_path = session.dir.put(fresh_made.inputs_path, "fresh_inputs.sets")
         except UnsafeFileError as exc:
             fresh_made.inputs_path.unlink(missing_ok=True)
-            return rejected(f"tampered job dir: {exc}; the candidate's process may not touch the parent's files", **base)
+            return rejected(Code.tampered_job_dir, f"tampered job dir: {exc}; the candidate's process may not touch the parent's files", **base)
         session.advance("fresh")
         if not session.send({"fresh": {"inputs_path": str(fresh_path)}}):
             return None
@@ -369,10 +378,14 @@ class Verifier:
             return None
         found = answer["fresh"].get("found")
         if isinstance(found, str) and found:
-            return rejected(found[:300], **base)
+            code = code_of(answer["fresh"].get("code"))  # a claim: only the child's own checks' codes stand
+            if code is Code.wrong_type:
+                return Verdict(status=Status.incorrect, reason=found[:300], code=code, trials=len(outputs) + 1, **base)
+            return rejected(code if code in (Code.writes_to_inputs, Code.aliases_input) else Code.unknown,
+                            found[:300], **base)
         loaded = _load_outputs(session.dir, "fresh.sets", fresh_made.outputs, self.compare_on)
         if isinstance(loaded, str):
-            return rejected(loaded, **base)
+            return rejected(Code.unreadable_outputs, loaded, **base)
         fresh, _ = loaded
         trials_run = len(outputs)
         for index, (out, ref) in enumerate(zip(fresh, fresh_made.outputs)):
@@ -381,11 +394,14 @@ class Verifier:
             if not checked.ok:
                 what = ("fresh inputs: right on the trial inputs but wrong on fresh inputs after timing (caching results?)"
                         if index == 0 else "extra input sets (it does less work than the reference): wrong on one")
-                return Verdict(status=Status.incorrect, reason=f"{what}: {checked.reason}", max_abs_err=checked.max_abs_err,
-                               rel_err=checked.rel_err, trials=trials_run, **base)
+                code = Code.stale_on_fresh_inputs if index == 0 else Code.wrong_on_extra_sets
+                located = _localised([checked], [out], [ref], 0, problem, self.compare_on)
+                located.trial = trials_run
+                return _incorrect(checked, f"{what}: {checked.reason}", code, trials_run, located, base)
             worst_abs, worst_rel = max(worst_abs, checked.max_abs_err), max(worst_rel, checked.rel_err)
         base["cost_s"] = {"compare_s": compare_s, **claimed_seconds(trials.get("overhead"))}
-        verdict = Verdict(status=Status.correct, reason=f"correct on {trials_run} input sets", trials=trials_run,
+        verdict = Verdict(status=Status.correct, reason=f"correct on {trials_run} input sets", code=Code.correct,
+                          trials=trials_run,
                           max_abs_err=worst_abs, rel_err=worst_rel, **base)
         if library_ops:
             verdict.warnings.append(f"library ops still run through torch: {', '.join(library_ops)}")
@@ -445,12 +461,14 @@ class Verifier:
 def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
     """Attach timings and cross-checks to a correct verdict; a failed cross-check rejects it."""
     verdict.timings, verdict.speedups, verdict.speedup = judged.timings, judged.speedups, judged.speedup
-    verdict.noise_floor, verdict.win, verdict.gpu, verdict.profile = judged.noise_floor, judged.win, judged.gpu, judged.profile
+    verdict.noise_floor, verdict.win, verdict.gpu = judged.noise_floor, judged.win, judged.gpu
+    verdict.profile = judged.profile.model_dump() if judged.profile is not None else None
     verdict.speed_source = judged.speed_source
     verdict.suspicious += judged.suspicious
     verdict.warnings += judged.warnings
     if judged.rejection:
         return verdict.model_copy(update={"status": Status.rejected, "reason": judged.rejection,
+                                          "code": judged.rejection_code or Code.unknown,
                                           "feedback": judged.rejection, "speedup": None, "win": None})
     verdict.feedback += f" Speedup over eager {judged.speedup:.3f}x (noise floor {judged.noise_floor:.3f})."
     return verdict
@@ -477,6 +495,39 @@ def _load_outputs(held: JobDir, name: str, like: list[list], device: torch.devic
     return sets, extra
 
 
+def _incorrect(comparison: Comparison, reason: str, code: Code, trials: int, located, base: dict) -> Verdict:
+    """An incorrect verdict with where it is wrong: its facts go to the coder in the feedback."""
+    facts = describe(located) if located is not None else []
+    feedback = reason + ("\n\nWhere it is wrong:\n" + "\n".join(f"- {line}" for line in facts) if facts else "")
+    return Verdict(status=Status.incorrect, reason=reason, code=code, max_abs_err=comparison.max_abs_err,
+                   rel_err=comparison.rel_err, trials=trials, localisation=located, feedback=feedback, **base)
+
+
+def _localised(comparisons: list[Comparison], outputs: list[list], refs: list[list], failed: int, problem: Problem,
+               device: torch.device):
+    """Where set `failed` is wrong (its first wrong output), and which sets pass: computed here,
+    from the outputs, never from anything the candidate's process says. None for a wrong type."""
+    comparison = comparisons[failed]
+    out, ref = outputs[failed], refs[failed]
+    if comparison.code is Code.wrong_type or comparison.output >= min(len(out), len(ref)):
+        return None
+    out_t, ref_t = out[comparison.output], ref[comparison.output]
+    located = localise(out_t, ref_t, tolerance_for(ref_t.dtype, problem.tolerance), comparison.output, device)
+    located.trial = failed + 1
+    located.sets = [InputSet(trial=i + 1, shape=list(r[comparison.output].shape) if comparison.output < len(r) else [],
+                             ok=c.ok, code=c.code) for i, (c, r) in enumerate(zip(comparisons, refs))]
+    bad = [s for s in located.sets if not s.ok]
+    located.irregular_only = len(bad) < len(located.sets) and all(irregular(s.shape) for s in bad) and \
+        not any(irregular(s.shape) for s in located.sets if s.ok)
+    return located
+
+
+def _failure_code(outcome: JobOutcome) -> Code:
+    if outcome.notes:
+        return Code.worker_died
+    return Code.crashed if outcome.exit_code is not None and outcome.exit_code < 0 else Code.exited
+
+
 def _failure_reason(outcome: JobOutcome) -> str:
     code = outcome.exit_code
     if outcome.notes:
@@ -487,7 +538,8 @@ def _failure_reason(outcome: JobOutcome) -> str:
 
 
 def _feedback(reason: str, outcome: JobOutcome) -> str:
-    """Text for the coder: the reason, then the end of what the candidate printed to stderr."""
+    """Text for the coder: the reason (and where it is wrong), then the end of what the candidate
+    printed to stderr."""
     stderr = "\n".join(outcome.stderr_tail.strip().splitlines()[-25:])
     return reason + (f"\n\nstderr (end):\n{stderr}" if stderr else "")
 

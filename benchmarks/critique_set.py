@@ -1,0 +1,237 @@
+"""The critique-quality set: faulty kernels with one known cause each, and the facts their critique
+must contain. Fault -> facts found -> missed, as a table (docs/results/critique_set/README.md).
+
+  # on a GPU node (torch, triton, nvidia-ml-py only: no pydantic, so no critic here):
+  python benchmarks/critique_set.py --record OUT [--part faults|examples]   # timed, ncu where permitted
+  # here (the critic needs pydantic), from those raw files:
+  python benchmarks/critique_set.py --report OUT          # writes docs/results/critique_set/
+  # the CPU faults, end to end on this machine (TRITON_INTERPRET=1):
+  python benchmarks/critique_set.py --cpu
+
+--record writes OUT/faults/<name>.json and OUT/examples/<name>.json: the verdict as the verifier
+made it (its profile with Nsight Compute's facts where ncu may read the counters, or why not), and
+the provenance (GPU, driver, torch, triton, ncu, the command, the date). Those files are what the
+critic reads: the report runs the same rules on them that the loop runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FAULTS_DIR = ROOT / "tests" / "fixtures" / "faulty_kernels"
+PROBLEMS = FAULTS_DIR / "problems"
+DOCS = ROOT / "docs" / "results" / "critique_set"
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str  # the candidate: FAULTS_DIR / f"{name}.py"
+    problem: Path
+    where: str  # "cpu": a correctness fault, judged on the CPU (and the GPU); "gpu": needs a timed run
+    facts: tuple[str, ...]  # lowercase substrings the critique must contain
+
+    @property
+    def candidate(self) -> Path:
+        return FAULTS_DIR / f"{self.name}.py"
+
+
+FAULTS: tuple[Fault, ...] = (
+    Fault("missing_tail_mask", PROBLEMS / "scale_1d.py", "cpu", ("only the tail is wrong", "cdiv", "mask")),
+    Fault("wrong_stride", PROBLEMS / "scale_rows.py", "cpu", ("only row 0 is right", "row stride")),
+    Fault("off_by_one_block", PROBLEMS / "scale_1d.py", "cpu", ("of every block of 128", "off-by-one")),
+    Fault("softmax_no_max", ROOT / "tests" / "fixtures" / "problems" / "softmax.py", "cpu",
+          ("nan appears in every row", "overflow", "subtract the row max")),
+    Fault("fp16_accumulation", PROBLEMS / "rowsum_fp16.py", "cpu",
+          ("accumulate in float32", "median relative error")),
+    Fault("race_across_programs", PROBLEMS / "cumsum_rows.py", "cpu",
+          ("whole blocks of", "race across programs")),
+    Fault("irregular_shapes_only", PROBLEMS / "scale_rows_variants.py", "cpu",
+          ("only the irregular shapes", "mask every load and store")),
+    Fault("decoy_beside_library", PROBLEMS / "matmul_relu.py", "cpu",
+          ("leaves the work to torch", "into your kernel")),
+    Fault("uncoalesced_loads", PROBLEMS / "scale_big.py", "gpu",
+          ("far from the memory roofline", "coalesced", "uncoalesced global loads")),
+    Fault("grid_too_small", PROBLEMS / "scale_big.py", "gpu", ("grid too small", "4 programs")),
+    Fault("register_spills", PROBLEMS / "center_rows.py", "gpu", ("register spills",)),
+    Fault("bank_conflicts", PROBLEMS / "transpose.py", "gpu", ("shared-memory bank conflicts",)),
+    Fault("host_bound_loop", PROBLEMS / "scale_many_rows.py", "gpu", ("host-bound", "launch fewer kernels")),
+    Fault("slow_20pct_roofline", PROBLEMS / "scale_big.py", "gpu", ("far from the memory roofline",)),
+)
+EXAMPLES = ROOT / "examples" / "candidates"
+EXAMPLE_PROBLEMS = ROOT / "kernelloop" / "evals" / "problems"
+
+
+def found_and_missed(fault: Fault, text: str) -> tuple[list[str], list[str]]:
+    lowered = text.lower()
+    return [f for f in fault.facts if f in lowered], [f for f in fault.facts if f not in lowered]
+
+
+# --------------------------------------------------------------------------- on the GPU: raw files
+
+
+def _provenance() -> dict:
+    import torch
+    import triton
+
+    from kernelloop.tools.profile.ncu import find_ncu, ncu_available
+
+    ncu = find_ncu()
+    version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1:] \
+        if ncu else []
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                            text=True).stdout.strip() if torch.cuda.is_available() else ""
+    return {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "driver": driver,
+            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+            "ncu": version[0] if version else None, "ncu_usable": ncu_available()[1],
+            "command": " ".join([sys.executable, *sys.argv]), "host": platform.node(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def _verify(verifier, candidate: Path, problem: Path, with_ncu: bool) -> dict:
+    from kernelloop.problem import Candidate, Problem
+    from kernelloop.tools.profile import ncu_budget
+
+    started = time.perf_counter()
+    verdict = verifier.verify(Candidate.from_file(candidate), Problem.from_file(problem))
+    verify_s = time.perf_counter() - started
+    ncu_s = 0.0
+    if with_ncu and verdict.ok and verdict.profile is not None:  # ncu on request, as `profile --ncu` runs it
+        verdict.profile, ncu_s = ncu_budget.profile_candidate(candidate, problem, verdict.own_kernels, verdict.profile)
+    return {"verdict": verdict.model_dump(), "verify_s": verify_s, "ncu_s": ncu_s}
+
+
+def record(out: Path, with_ncu: bool, parts: tuple[str, ...] = ("faults", "examples")) -> None:
+    from kernelloop.tools.verify.verifier import Verifier
+
+    device = "cuda" if os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    provenance = _provenance()
+    for sub in ("faults", "examples"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    (out / "provenance.json").write_text(json.dumps(provenance, indent=1))
+    with tempfile.TemporaryDirectory() as workspace, Verifier(device=device, workspace=Path(workspace)) as verifier:
+        for fault in FAULTS if "faults" in parts else ():
+            raw = _verify(verifier, fault.candidate, fault.problem, with_ncu)
+            raw.update(name=fault.name, candidate=str(fault.candidate.relative_to(ROOT)),
+                       problem=str(fault.problem.relative_to(ROOT)), provenance=provenance)
+            (out / "faults" / f"{fault.name}.json").write_text(json.dumps(raw, indent=1))
+            verdict = raw["verdict"]
+            print(fault.name, verdict["status"], verdict["code"], verdict["reason"][:100], flush=True)
+        for candidate in sorted(EXAMPLES.glob("*.py")) if "examples" in parts else ():
+            raw = _verify(verifier, candidate, EXAMPLE_PROBLEMS / candidate.name, with_ncu)
+            raw.update(name=candidate.stem, candidate=str(candidate.relative_to(ROOT)),
+                       problem=str((EXAMPLE_PROBLEMS / candidate.name).relative_to(ROOT)), provenance=provenance)
+            (out / "examples" / f"{candidate.stem}.json").write_text(json.dumps(raw, indent=1))
+            print(candidate.stem, raw["verdict"]["status"], raw["verdict"]["reason"][:100], flush=True)
+
+
+# --------------------------------------------------------------------------- here: the critic
+
+
+def critique_text(verdict_dump: dict, name: str) -> str:
+    """The critique of one verdict as the coder (and the model critic) sees it."""
+    from kernelloop.agents.coder import Attempt
+    from kernelloop.agents.critic import critique_round
+    from kernelloop.results import Verdict
+
+    attempt = Attempt(id="r1c0", round=1, index=0, backend="triton", code=name,
+                      verdict=Verdict.model_validate(verdict_dump))
+    critique = critique_round([attempt], best=attempt)
+    return "\n".join([*critique.findings, critique.for_coder("r1c0")])
+
+
+def report(raw_dir: Path, docs: Path = DOCS) -> int:
+    """Write the table and every critique from the raw files; the number of facts missed."""
+    provenance = json.loads((raw_dir / "provenance.json").read_text())
+    rows, missed_total = [], 0
+    (docs / "faults").mkdir(parents=True, exist_ok=True)
+    (docs / "examples").mkdir(parents=True, exist_ok=True)
+    for fault in FAULTS:
+        path = raw_dir / "faults" / f"{fault.name}.json"
+        if not path.is_file():
+            rows.append(f"| {fault.name} | {fault.where} | - | not recorded | {', '.join(fault.facts)} |")
+            missed_total += len(fault.facts)
+            continue
+        raw = json.loads(path.read_text())
+        text = critique_text(raw["verdict"], fault.name)
+        found, missed = found_and_missed(fault, text)
+        missed_total += len(missed)
+        verdict = raw["verdict"]
+        rows.append(f"| {fault.name} | {fault.where} | {verdict['status']} ({verdict['code']}) | "
+                    f"{'; '.join(found) or '-'} | {'; '.join(missed) or 'none'} |")
+        (docs / "faults" / f"{fault.name}.md").write_text(f"# {fault.name}\n\n```\n{text}\n```\n")
+    for path in sorted((raw_dir / "examples").glob("*.json")):
+        raw = json.loads(path.read_text())
+        text = critique_text(raw["verdict"], raw["name"])
+        (docs / "examples" / f"{raw['name']}.md").write_text(
+            f"# {raw['name']}: the critique as the model sees it\n\n{raw['verdict']['status']}: "
+            f"{raw['verdict']['reason']}\n\n```\n{text}\n```\n")
+    lines = ["# The critique-quality set", "",
+             f"Recorded on {provenance['device']} (driver {provenance['driver']}, torch {provenance['torch']}, triton "
+             f"{provenance['triton']}, ncu {provenance['ncu']}: {provenance['ncu_usable']}) on {provenance['date']} by "
+             f"`{provenance['command']}`; this report by `python benchmarks/critique_set.py --report {raw_dir}`.",
+             "", "Each fault has one known cause (its file's header in tests/fixtures/faulty_kernels/); the facts are "
+             "lowercase substrings its critique must contain (benchmarks/critique_set.py, FAULTS).", "",
+             "| fault | kind | verdict (code) | facts the critique found | missed |", "|---|---|---|---|---|", *rows,
+             "", f"Facts missed: {missed_total}.", "",
+             "Critiques: faults/<name>.md; the shipped example kernels' critiques: examples/<name>.md."]
+    (docs / "README.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return missed_total
+
+
+def run_cpu(docs: Path = DOCS) -> int:
+    """The correctness faults on this machine's CPU (Triton interpreter), written to
+    docs/results/critique_set/cpu.md with each critique; the facts missed."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    from kernelloop.problem import Candidate, Problem
+    from kernelloop.tools.verify.verifier import Verifier
+
+    missed_total, rows, critiques = 0, [], []
+    with tempfile.TemporaryDirectory() as workspace, Verifier(device="cpu", workspace=Path(workspace)) as verifier:
+        for fault in (f for f in FAULTS if f.where == "cpu"):
+            verdict = verifier.verify(Candidate.from_file(fault.candidate), Problem.from_file(fault.problem))
+            text = critique_text(verdict.model_dump(), fault.name)
+            found, missed = found_and_missed(fault, text)
+            missed_total += len(missed)
+            rows.append(f"| {fault.name} | {verdict.status.value} ({verdict.code.value}) | {'; '.join(found) or '-'} | "
+                        f"{'; '.join(missed) or 'none'} |")
+            critiques.append(f"## {fault.name}\n\n```\n{text}\n```\n")
+            print(rows[-1], flush=True)
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / "cpu.md").write_text("\n".join([
+        "# The critique-quality set: correctness faults on the CPU", "",
+        f"`python benchmarks/critique_set.py --cpu` on {platform.node()} ({platform.processor() or 'CPU'}), Triton's "
+        f"interpreter, {time.strftime('%Y-%m-%d')}.", "",
+        "| fault | verdict (code) | facts the critique found | missed |", "|---|---|---|---|", *rows, "",
+        f"Facts missed: {missed_total}.", "", *critiques]))
+    return missed_total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--record", type=Path, metavar="OUT")
+    mode.add_argument("--report", type=Path, metavar="OUT")
+    mode.add_argument("--cpu", action="store_true")
+    parser.add_argument("--no-ncu", action="store_true", help="with --record: skip Nsight Compute")
+    parser.add_argument("--part", choices=("faults", "examples"), help="with --record: only one half (each fits "
+                        "a 10-minute call)")
+    args = parser.parse_args()
+    if args.record:
+        record(args.record, with_ncu=not args.no_ncu, parts=(args.part,) if args.part else ("faults", "examples"))
+        return 0
+    return 1 if (report(args.report) if args.report else run_cpu()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
