@@ -20,9 +20,9 @@ from langchain_core.tools import StructuredTool, ToolException
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
 from kernelloop.config import workspace_dir
 from kernelloop.graph.context import VerifierLike
-from kernelloop.jobs import CandidateInput, SolveRequest, SolveSettings, VerifyRequest, bad_input_as, one_line
+from kernelloop.requests import CandidateInput, SolveRequest, SolveSettings, VerifyRequest, bad_input_as, one_line
 from kernelloop.results import Verdict
-from kernelloop.solve import SolveResult, solve
+from kernelloop.runs import SolveResult, solve
 
 VERIFY_DESCRIPTION = (
     "Check a GPU kernel (class ModelNew) against its PyTorch reference (class Model): correctness over several "
@@ -47,7 +47,7 @@ def verify_tool(*, device: str = "auto", strict: bool = False, verifier: Verifie
         if verifier is not None:
             verdict = verifier.verify(candidate, problem)
         else:
-            from kernelloop.tools.verify.verifier import verify  # lazy: starts a sandbox worker
+            from kernelloop import verify  # lazy: starts a sandbox worker; takes 'cuda:N' too
 
             verdict = verify(candidate, problem, device=device, strict=strict, workspace=space)
         return verdict.model_dump(), verdict
@@ -61,7 +61,7 @@ def solve_tool(*, device: str = "auto", verifier: VerifierLike | None = None, wo
                base_url: str | None = None, model: str | None = None, api_key: str | None = None,
                chat_client: ChatClient | KeyedChatClient | None = None) -> StructuredTool:
     """The optimize_kernel tool: kernelloop.solve on a problem. The endpoint defaults to KERNELLOOP_*
-    settings; chat_client replaces it (a recording, a test double)."""
+    settings; chat_client replaces it with any LangChain chat model the agent already has (or a recording)."""
     space = workspace_dir(workspace)
 
     @bad_input_as(ToolException)

@@ -13,12 +13,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mcp.server.mcpserver import MCPServer
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, SecretStr
 
-from kernelloop.jobs import JobManager, JobStatus, SolveRequest, VerifyRequest, bad_input_as
+from kernelloop import __version__, defaults, job_threads
+from kernelloop.jobs import JobError, JobManager, JobStatus
+from kernelloop.requests import (
+    Backend,
+    BudgetS,
+    Candidates,
+    MaxRounds,
+    SolveRequest,
+    TargetSpeedup,
+    VerifyRequest,
+    bad_input_as,
+    one_line,
+)
 
 MAX_WAIT_S = 10.0  # no tool call holds its caller longer than this waiting for a job
 NAME = "kernelloop"
@@ -55,9 +68,30 @@ def _waited(manager: JobManager, status: JobStatus, wait_s: float) -> JobStatus:
     return manager.wait(status.job_id, min(wait_s, MAX_WAIT_S)) if wait_s > 0 else status
 
 
+def _status(manager: JobManager, job_id: str) -> JobStatus:
+    """This server's job, or a solve job of an earlier server read back from its checkpointed thread."""
+    try:
+        return manager.status(job_id)
+    except JobError:
+        return job_threads.recall(manager.workspace, job_id)
+
+
+async def _watch(manager: JobManager, job_id: str, wait_s: float, ctx: Context) -> JobStatus:
+    """Poll until the job ends or wait_s passes, sending each new step as an MCP progress notification."""
+    deadline, seen = anyio.current_time() + wait_s, -1
+    status = _status(manager, job_id)
+    while not status.finished and anyio.current_time() < deadline:
+        if status.events != seen:
+            seen = status.events
+            await ctx.report_progress(status.events, None, status.message)
+        await anyio.sleep(0.1)
+        status = _status(manager, job_id)
+    return status
+
+
 def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer:
     """The MCP server over `manager`'s jobs; the caller closes the manager when the server stops."""
-    server = MCPServer(NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = MCPServer(NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     def verify_request(problem_path: str | None, problem_source: str | None, problem_name: str,
@@ -101,12 +135,9 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
     def start_optimization(
             problem_path: ProblemPath = None, problem_source: ProblemSource = None,
             problem_name: ProblemName = "problem",
-            budget_s: Annotated[float, Field(gt=0, description="wall-clock budget, s")] = 900.0,
-            candidates: Annotated[int, Field(ge=1, le=32, description="kernels written in parallel per round")] = 4,
-            target_speedup: Annotated[float | None, Field(description="stop at this speedup over eager; "
-                                                                      "null: at the first correct kernel")] = 1.2,
-            max_rounds: Annotated[int, Field(ge=1)] = 8,
-            backend: Literal["triton", "cuda", "auto"] = "triton", device: Device = None,
+            budget_s: BudgetS = defaults.BUDGET_S, candidates: Candidates = defaults.CANDIDATES,
+            target_speedup: TargetSpeedup = defaults.TARGET_SPEEDUP, max_rounds: MaxRounds = defaults.MAX_ROUNDS,
+            backend: Backend = defaults.BACKEND, device: Device = None,
             hints: Annotated[list[str] | None, Field(description="advice for the coders")] = None,
             base_url: Annotated[str | None, Field(description="OpenAI-compatible endpoint; default "
                                                               "KERNELLOOP_BASE_URL")] = None,
@@ -119,13 +150,18 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
                                max_rounds=max_rounds, backend=backend, device=device or default_device,
                                hints=hints or [], base_url=base_url, model=model,
                                api_key=SecretStr(api_key) if api_key else None)
-        return manager.start_solve(request)
+        status = manager.start_solve(request)
+        job_threads.remember(manager.workspace, status)  # so job_status finds it after a restart
+        return status
 
     @server.tool(annotations=reads)
-    @bad_input_as(ToolError)
-    def job_status(job_id: str, wait_s: WaitS = 0.0) -> JobStatus:
-        """A job's state, progress, best kernel so far (optimization) or verdict (verify, profile)."""
-        return manager.wait(job_id, min(wait_s, MAX_WAIT_S))
+    async def job_status(job_id: str, ctx: Context, wait_s: WaitS = 0.0) -> JobStatus:
+        """A job's state, progress, best kernel so far (optimization) or verdict (verify, profile). While it
+        waits (wait_s), each step of the job goes out as a progress notification."""
+        try:
+            return await _watch(manager, job_id, min(wait_s, MAX_WAIT_S), ctx)
+        except ValueError as exc:  # an unknown job id: one line
+            raise ToolError(one_line(exc)) from exc
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     @bad_input_as(ToolError)
@@ -136,8 +172,9 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
     @server.tool(annotations=reads)
     @bad_input_as(ToolError)
     def list_jobs() -> JobList:
-        """Every job this server has run, newest last."""
-        return JobList(jobs=manager.jobs())
+        """Every job this server has run, newest last, then the optimization jobs of earlier servers in its workspace."""
+        jobs = manager.jobs()
+        return JobList(jobs=jobs + job_threads.recall_all(manager.workspace, {j.job_id for j in jobs}))
 
     return server
 

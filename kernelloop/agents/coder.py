@@ -14,12 +14,11 @@ from pydantic import BaseModel, Field
 
 from kernelloop.agents.extract import extract_candidate
 from kernelloop.agents.planner import BACKEND_RULES
-from kernelloop.agents.prompts import prompt_sha256, render
-from kernelloop.agents.turns import (ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask,
-                                     turn_key)
+from kernelloop.agents.prompts import render
+from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, ask, messages_sha256, turn_key
 from kernelloop.errors import error_line
 from kernelloop.problem import sha256_text
-from kernelloop.results import Status, Verdict
+from kernelloop.results import Code, Status, Verdict
 
 FEEDBACK_CHARS = 2000  # of verifier feedback per previous attempt in a prompt
 
@@ -44,7 +43,9 @@ class Attempt(BaseModel):
     finish_reason: str | None = None
     replayed: bool = Field(default=False, description="the reply came from a recording, not a live model")
     reasoning_chars: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = Field(default=0, description="reasoning included")
+    reasoning_tokens: int = 0
     model_s: float = Field(default=0.0, description="wall time of the model call, s")
     verify_s: float | None = Field(default=None, description="wall time of verification, s")
     verdict: Verdict | None = None
@@ -117,18 +118,19 @@ def coder_messages(brief: CoderBrief) -> list[Message]:
     return [Message(role="user", content=text)]
 
 
-def not_a_candidate(why: str) -> Verdict:
+def not_a_candidate(why: str, cut_off: bool = False) -> Verdict:
     """The verdict of a reply that gave no parsable candidate: decided here, no GPU involved."""
     return Verdict(status=Status.compile_error, reason=f"syntax: {why}", device="not-run",
+                   code=Code.cut_off if cut_off else Code.syntax,
                    feedback=f"Your reply could not be used: {why}. Reply with the whole file in one "
                             "```python block, and keep it short enough to finish.")
 
 
-def write_candidate(brief: CoderBrief, client: ChatClient | KeyedChatClient) -> tuple[Attempt, ModelTurn | None]:
+def write_candidate(brief: CoderBrief, client: ChatModel) -> tuple[Attempt, ModelTurn | None]:
     """Ask for one candidate and extract it. Endpoint failures become an attempt with `model_error`."""
     messages = coder_messages(brief)
     attempt = Attempt(id=brief.attempt_id, round=brief.round, index=brief.index, backend=brief.backend,
-                      model=brief.model, prompt_sha256=prompt_sha256(messages[0].content))
+                      model=brief.model, prompt_sha256=messages_sha256(messages))
     started = time.perf_counter()
     try:
         turn = ask(client, turn_key("coder", brief.attempt_id), messages)
@@ -142,12 +144,13 @@ def write_candidate(brief: CoderBrief, client: ChatClient | KeyedChatClient) -> 
     attempt.model = turn.model or attempt.model
     attempt.finish_reason, attempt.replayed = turn.finish_reason, turn.replayed
     attempt.reasoning_chars = len(turn.reasoning)
-    attempt.completion_tokens = turn.completion_tokens
+    attempt.prompt_tokens, attempt.completion_tokens = turn.prompt_tokens, turn.completion_tokens
+    attempt.reasoning_tokens = turn.reasoning_tokens
     found = extract_candidate(turn.content, turn.reasoning, turn.finish_reason)
     attempt.code = found.source or ""
     attempt.code_sha256 = sha256_text(attempt.code) if attempt.code else ""
     attempt.extract_notes = found.notes
     if not found.ok:
         attempt.extract_error = found.error
-        attempt.verdict = not_a_candidate(found.error or "no candidate")
+        attempt.verdict = not_a_candidate(found.error or "no candidate", found.cut_off)
     return attempt, turn

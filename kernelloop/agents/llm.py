@@ -1,29 +1,36 @@
-"""The live model: one OpenAI-compatible chat endpoint, with DeepSeek-R1's habits handled.
+"""The live model: a LangChain chat model, with DeepSeek-R1's habits handled.
 
-Built on the `openai` client rather than langchain-openai's ChatOpenAI: ChatOpenAI 1.x targets
-the official OpenAI schema only and drops non-standard message fields such as
-`reasoning_content` and `reasoning` (its module docstring says so), which is exactly where
-DeepSeek, vLLM and SGLang put R1's chain of thought. The `openai` client (already installed as
-langchain-openai's own dependency) keeps unknown message fields, so no reasoning is lost.
+`make_chat_model()` builds `ChatR1`, LangChain's ChatOpenAI on any OpenAI-compatible endpoint
+(DeepSeek API, NIM, vLLM, SGLang, Ollama). ChatOpenAI targets the official OpenAI schema and
+drops the non-standard `reasoning_content` / `reasoning` fields where those servers put R1's
+chain of thought; ChatR1 keeps them. Retries and backoff (429, 5xx, timeouts, Retry-After)
+are the OpenAI SDK's (`max_retries`); request rates are LangChain's InMemoryRateLimiter;
+concurrency per endpoint is the HTTP connection pool's limit. We only count the attempts
+(an httpx hook) so the live view can show each retry.
 
-Its own retries are switched off (max_retries=0): ours retry only 429, 5xx and connection
-failures, honour Retry-After, and count attempts into the ModelTurn.
+`call_model(model, messages)` works with any LangChain chat model a caller brings: reasoning
+is read from `reasoning_content`, `reasoning`, reasoning content blocks or `<think>` tags.
 """
 
 from __future__ import annotations
 
-import email.utils
-import json
+import contextvars
 import logging
-import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+import httpx
 import openai
-from openai.types.chat import ChatCompletion
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+from langchain_core.rate_limiters import InMemoryRateLimiter
+from langchain_openai import ChatOpenAI
 
-from kernelloop.agents.turns import Message, ModelTurn
+from kernelloop.agents.turns import Message, ModelTurn, current_listener
 from kernelloop.config import EndpointConfig
 
 log = logging.getLogger(__name__)
@@ -31,6 +38,7 @@ log = logging.getLogger(__name__)
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 MAX_ERROR_CHARS = 300  # server messages are cut to this so LLMError stays one readable line
+STALL_TIMEOUT_S = 120.0  # a streamed reply with no byte for this long is cut
 
 
 class LLMError(RuntimeError):
@@ -90,44 +98,163 @@ def to_r1_messages(messages: list[Message]) -> list[dict[str, str]]:
     return [{"role": "user", "content": system}, *wire]
 
 
-def retry_delay_s(attempt: int, retry_after_s: float | None, base_s: float, max_s: float) -> float:
-    """Seconds to wait before attempt `attempt + 1`: the server's Retry-After when it gave one,
-    else exponential backoff with full jitter (uniform in [0, base * 2**(attempt-1)]), capped."""
-    if retry_after_s is not None:
-        return min(max(retry_after_s, 0.0), max_s)
-    return random.uniform(0.0, min(base_s * 2 ** (attempt - 1), max_s))
-
-
-def parse_retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """Retry-After (seconds or an HTTP date) or retry-after-ms, in seconds; None when absent
-    or unreadable (then the caller backs off on its own schedule)."""
-    millis = _as_float(headers.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000.0
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    seconds = _as_float(value)
-    if seconds is not None:
-        return seconds
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        log.debug("ignoring unreadable Retry-After header %r", value)
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
-
-
-def _as_float(text: str | None) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
-
-
 def _one_line(text: str) -> str:
     flat = " ".join(str(text).split())
     return flat if len(flat) <= MAX_ERROR_CHARS else flat[:MAX_ERROR_CHARS] + "..."
+
+
+def _reasoning_of(message: dict) -> str:
+    """`reasoning_content` (DeepSeek, vLLM, SGLang) or `reasoning` (OpenRouter, newer vLLM)."""
+    for name in ("reasoning_content", "reasoning"):
+        value = message.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+# -- the chat model ---------------------------------------------------------------------------
+
+class ChatR1(ChatOpenAI):
+    """ChatOpenAI that keeps R1's reasoning: `additional_kwargs["reasoning_content"]`, streamed or not."""
+
+    def _create_chat_result(self, response, generation_info=None):
+        result = super()._create_chat_result(response, generation_info)
+        data = response if isinstance(response, dict) else response.model_dump()
+        for generation, choice in zip(result.generations, data.get("choices") or [], strict=False):
+            reasoning = _reasoning_of(choice.get("message") or {})
+            if reasoning:
+                generation.message.additional_kwargs["reasoning_content"] = reasoning
+        return result
+
+    def _convert_chunk_to_generation_chunk(self, chunk, default_chunk_class, base_generation_info):
+        generation = super()._convert_chunk_to_generation_chunk(chunk, default_chunk_class, base_generation_info)
+        choices = chunk.get("choices") or []
+        if generation is not None and choices:
+            reasoning = _reasoning_of(choices[0].get("delta") or {})
+            if reasoning:  # chunks merge by concatenating string kwargs
+                generation.message.additional_kwargs["reasoning_content"] = reasoning
+        return generation
+
+
+@dataclass
+class _Call:
+    """One call_model in flight: attempts seen by the HTTP hook and who hears about retries."""
+
+    attempts: int = 0
+    last_status: int | None = None
+    listener: Callable[[str], None] | None = None
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("kernelloop_model_call", default=None)
+def _on_request(request: httpx.Request) -> None:
+    call = _CALL.get()
+    if call is None:
+        return
+    call.attempts += 1
+    if call.attempts > 1:  # the SDK is retrying: say so, with what went wrong the last time
+        why = f"HTTP {call.last_status}" if call.last_status else "timeout or connection error"
+        log.warning("model endpoint %s: %s, retry %d", request.url, why, call.attempts - 1)
+        if call.listener is not None:
+            call.listener(f"{why}, retry {call.attempts - 1}")
+    call.last_status = None
+
+
+def _on_response(response: httpx.Response) -> None:
+    call = _CALL.get()
+    if call is not None:
+        call.last_status = response.status_code if response.status_code >= 400 else None
+
+
+_CLIENTS: dict[tuple[str, int], httpx.Client] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _http_client(base_url: str, max_concurrency: int) -> httpx.Client:
+    """One connection pool per endpoint for the whole process: N coders that each build a model
+    still send at most `max_concurrency` requests at once (the rest wait for a connection)."""
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+    key = (base_url.rstrip("/"), max_concurrency)
+    with _CLIENTS_LOCK:
+        if key not in _CLIENTS:
+            _CLIENTS[key] = httpx.Client(limits=httpx.Limits(max_connections=max_concurrency),
+                                         event_hooks={"request": [_on_request], "response": [_on_response]})
+        return _CLIENTS[key]
+
+
+def make_chat_model(base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
+                    stream: bool = False, stall_timeout_s: float = STALL_TIMEOUT_S,
+                    requests_per_s: float | None = None, **overrides: Any) -> ChatR1:
+    """ChatR1 for flags > KERNELLOOP_* environment; ConfigError names what to set when unset.
+
+    overrides: further EndpointConfig fields (temperature, timeout_s, max_retries, max_concurrency).
+    stream: stream the reply (reasoning reaches the live view as it comes); a stream with no
+    byte for stall_timeout_s is cut. requests_per_s: LangChain's rate limiter for the endpoint.
+    """
+    config = EndpointConfig.resolve(base_url, model, api_key, **overrides)
+    # Unstreamed, R1 may think for minutes before the first byte: the read timeout is the whole call's.
+    read_s = stall_timeout_s if stream else config.timeout_s
+    return ChatR1(model=config.model, base_url=config.base_url, api_key=config.api_key,
+                  temperature=config.temperature, max_retries=config.max_retries,
+                  timeout=httpx.Timeout(config.timeout_s, connect=10.0, read=read_s, pool=None),
+                  streaming=stream, stream_usage=True,
+                  rate_limiter=InMemoryRateLimiter(requests_per_second=requests_per_s, check_every_n_seconds=0.05,
+                                                   max_bucket_size=1) if requests_per_s else None,
+                  http_client=_http_client(config.base_url, config.max_concurrency))
+
+
+def endpoint_of(model: Any) -> dict[str, str]:
+    """{'base_url', 'model'} of a chat model, as far as it says (never its key)."""
+    found = {"base_url": getattr(model, "openai_api_base", None) or "",
+             "model": getattr(model, "model_name", None) or getattr(model, "model", None) or ""}
+    return {key: str(value) for key, value in found.items() if value}
+
+
+# -- one call -----------------------------------------------------------------------------------
+
+class _Reasoning(BaseCallbackHandler):
+    """Streams reasoning deltas to the listener."""
+
+    def __init__(self, on_reasoning: Callable[[str], None]):
+        self.on_reasoning = on_reasoning
+
+    def on_llm_new_token(self, token: str, *, chunk: Any = None, **kwargs: Any) -> None:
+        message = getattr(chunk, "message", None)
+        text = _reasoning_of(getattr(message, "additional_kwargs", None) or {})
+        if text:
+            self.on_reasoning(text)
+
+
+def _reasoning_in(message: AIMessage) -> str:
+    """Reasoning from the kwargs (ChatR1, ChatDeepSeek) or from reasoning content blocks."""
+    found = _reasoning_of(message.additional_kwargs or {})
+    if not found and isinstance(message.content, list):
+        found = "".join(b.get("reasoning") or b.get("thinking") or "" for b in message.content
+                        if isinstance(b, dict) and b.get("type") in ("reasoning", "thinking"))
+    return found
+
+
+def _text_of(message: AIMessage) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(b if isinstance(b, str) else b.get("text", "") for b in message.content
+                   if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))
+
+
+def _as_llm_error(exc: Exception, model: Any, url: str, attempts: int) -> LLMError:
+    if isinstance(exc, openai.APIStatusError):
+        what = _server_message(exc) + (" (does the base URL end in /v1?)" if exc.status_code == 404 else "")
+        return LLMError(url, exc.status_code, what, attempts)
+    if isinstance(exc, (openai.APITimeoutError, httpx.TimeoutException)):
+        timeout = getattr(model, "request_timeout", None)
+        read_s = getattr(timeout, "read", timeout)
+        within = f"within the {read_s:g} s timeout" if isinstance(read_s, (int, float)) else "within the timeout"
+        if getattr(model, "streaming", False):  # streamed, the read timeout is the stall timeout
+            return LLMError(url, None, f"the stream stalled: no data {within}", attempts)
+        return LLMError(url, None, f"no answer {within}", attempts)
+    if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):
+        return LLMError(url, None, f"connection failed: {exc}", attempts)
+    return LLMError(url, 200, f"unusable response ({type(exc).__name__}: {exc})", attempts)
 
 
 def _server_message(error: openai.APIStatusError) -> str:
@@ -142,125 +269,33 @@ def _server_message(error: openai.APIStatusError) -> str:
     return error.message
 
 
-def _is_retryable(status: int) -> bool:
-    return status == 429 or status >= 500
+def call_model(model: BaseChatModel, messages: list[Message]) -> ModelTurn:
+    """One chat completion through any LangChain chat model; latency_s covers retries.
 
-
-# -- concurrency ----------------------------------------------------------------------------
-
-_SLOTS: dict[tuple[str, int], threading.BoundedSemaphore] = {}
-_SLOTS_LOCK = threading.Lock()
-
-
-def _endpoint_slots(base_url: str, max_concurrency: int) -> threading.BoundedSemaphore:
-    """One semaphore per endpoint for the whole process, so N coder threads that each build a
-    client still send at most `max_concurrency` requests to the same server at once."""
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
-    key = (base_url.rstrip("/"), max_concurrency)
-    with _SLOTS_LOCK:
-        return _SLOTS.setdefault(key, threading.BoundedSemaphore(max_concurrency))
-
-
-# -- the client -----------------------------------------------------------------------------
-
-class OpenAIChatClient:
-    """ChatClient for any OpenAI-compatible endpoint (DeepSeek API, NIM, vLLM, SGLang, Ollama).
-
-    Thread-safe: share one across threads, or build several; either way the endpoint's
-    concurrency limit holds process-wide.
+    Raises LLMError (one line) when the model gives no usable answer after its own retries.
     """
-
-    def __init__(self, config: EndpointConfig, *, backoff_base_s: float = 1.0, backoff_max_s: float = 60.0):
-        """backoff_*_s: exponential backoff between retries (seconds), also the cap on Retry-After."""
-        self.config = config
-        self.model_name = config.model
-        self._backoff_base_s = backoff_base_s
-        self._backoff_max_s = backoff_max_s
-        self._slots = _endpoint_slots(config.base_url, config.max_concurrency)
-        self._client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key.get_secret_value(),
-                                     timeout=config.timeout_s, max_retries=0)
-
-    def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIChatClient(base_url={self.config.base_url!r}, model={self.model_name!r})"
-
-    def complete(self, messages: list[Message]) -> ModelTurn:
-        """One chat completion; latency_s is the wall time of the whole call, retries included.
-
-        Raises LLMError at once on 4xx (except 429) and on a malformed response; after
-        config.max_retries retries on 429, 5xx, timeouts and connection failures.
-        """
-        wire = to_r1_messages(messages)
-        started = time.monotonic()
-        attempts_allowed = self.config.max_retries + 1
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                with self._slots:  # held only while a request is on the wire, never while backing off
-                    completion = self._client.chat.completions.create(
-                        model=self.config.model, messages=wire, temperature=self.config.temperature)
-            except openai.APIStatusError as error:
-                status, what = error.status_code, _server_message(error)
-                if status == 404:
-                    what += " (does the base URL end in /v1?)"
-                if not _is_retryable(status) or attempt == attempts_allowed:
-                    raise LLMError(self.config.base_url, status, what, attempt) from error
-                retry_after_s = parse_retry_after_s(error.response.headers)
-            except openai.APIConnectionError as error:  # APITimeoutError is a subclass
-                what = (f"no answer within the {self.config.timeout_s:g} s timeout"
-                        if isinstance(error, openai.APITimeoutError) else f"connection failed: {error}")
-                if attempt == attempts_allowed:
-                    raise LLMError(self.config.base_url, None, what, attempt) from error
-                status, retry_after_s = None, None
-            except json.JSONDecodeError as error:
-                raise LLMError(self.config.base_url, 200, f"response body is not JSON ({error})",
-                               attempt) from error
-            else:
-                return self._to_turn(completion, time.monotonic() - started, attempt)
-            delay_s = retry_delay_s(attempt, retry_after_s, self._backoff_base_s, self._backoff_max_s)
-            reason = _one_line(what) if status is None else f"HTTP {status}: {_one_line(what)}"
-            log.warning("model endpoint %s: %s (attempt %d of %d), retrying in %.2f s",
-                        self.config.base_url, reason, attempt, attempts_allowed, delay_s)
-            time.sleep(delay_s)
-
-    def _to_turn(self, completion: object, latency_s: float, attempts: int) -> ModelTurn:
-        if not isinstance(completion, ChatCompletion) or not completion.choices:
-            raise LLMError(self.config.base_url, 200, "response is not a chat completion (no choices)", attempts)
-        choice = completion.choices[0]
-        message = getattr(choice, "message", None)  # the client does not validate: fields may be missing
-        if message is None:
-            raise LLMError(self.config.base_url, 200, "response choice has no message", attempts)
-        answer, reasoning = split_reasoning(getattr(message, "content", None) or "", _reasoning_field(message))
-        usage = completion.usage
-        details = usage.completion_tokens_details if usage is not None else None
-        return ModelTurn(
-            content=answer,
-            reasoning=reasoning,
-            model=completion.model or self.config.model,
-            finish_reason=getattr(choice, "finish_reason", None),
-            prompt_tokens=(usage.prompt_tokens or 0) if usage is not None else 0,
-            completion_tokens=(usage.completion_tokens or 0) if usage is not None else 0,
-            reasoning_tokens=(details.reasoning_tokens or 0) if details is not None else 0,
-            latency_s=latency_s,
-            attempts=attempts,
-        )
-
-
-def _reasoning_field(message: object) -> str | None:
-    """`reasoning_content` (DeepSeek, vLLM, SGLang) or `reasoning` (OpenRouter, newer vLLM):
-    non-standard fields, kept by the client as pydantic extras."""
-    for name in ("reasoning_content", "reasoning"):
-        value = getattr(message, name, None)
-        if isinstance(value, str) and value.strip():
-            return value
-    return None
-
-
-def make_chat_client(base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-                     **overrides) -> OpenAIChatClient:
-    """The client for flags > KERNELLOOP_* environment; ConfigError names what to set when unset.
-
-    overrides: further EndpointConfig fields (temperature, timeout_s, max_retries, max_concurrency).
-    """
-    return OpenAIChatClient(EndpointConfig.resolve(base_url, model, api_key, **overrides))
+    listener = current_listener()
+    call = _Call(listener=getattr(listener, "on_retry", None))
+    callbacks = [_Reasoning(listener.on_reasoning)] if getattr(listener, "on_reasoning", None) else []
+    lc_messages = [HumanMessage(m.content) if m.role == "user" else AIMessage(m.content) for m in messages]
+    url = endpoint_of(model).get("base_url") or type(model).__name__
+    started = time.monotonic()
+    token = _CALL.set(call)
+    try:
+        reply = model.invoke(lc_messages, config={"callbacks": callbacks})
+    except Exception as exc:  # noqa: BLE001 - any failure of the model becomes one line
+        raise _as_llm_error(exc, model, url, max(call.attempts, 1)) from exc
+    finally:
+        _CALL.reset(token)
+    if not isinstance(reply, (AIMessage, AIMessageChunk)):
+        raise LLMError(url, 200, f"the model answered a {type(reply).__name__}, not a message", call.attempts or 1)
+    answer, reasoning = split_reasoning(_text_of(reply), _reasoning_in(reply))
+    usage = reply.usage_metadata or {}
+    meta = reply.response_metadata or {}
+    return ModelTurn(
+        content=answer, reasoning=reasoning,
+        model=meta.get("model_name") or endpoint_of(model).get("model", ""),
+        finish_reason=meta.get("finish_reason"),
+        prompt_tokens=usage.get("input_tokens") or 0, completion_tokens=usage.get("output_tokens") or 0,
+        reasoning_tokens=(usage.get("output_token_details") or {}).get("reasoning") or 0,
+        latency_s=time.monotonic() - started, attempts=max(call.attempts, 1))

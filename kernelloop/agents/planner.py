@@ -13,11 +13,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kernelloop.agents.prompts import prompt_sha256, render
+from kernelloop.agents.prompts import render
+from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, ask, turn_key
 from kernelloop.errors import error_line
 from kernelloop.problem import Problem
-from kernelloop.agents.turns import (ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask,
-                                     turn_key)
 
 Backend = Literal["triton", "cuda"]
 BACKEND_RULES = {
@@ -104,7 +103,7 @@ def parse_plan(content: str, default_backend: Backend = "triton") -> Plan:
                 expected_speedup=float(speedup.group(1)) if speedup else None)
 
 
-def make_plan(client: ChatClient | KeyedChatClient, messages: list[Message],
+def make_plan(client: ChatModel, messages: list[Message],
               backend: str) -> tuple[Plan, ModelTurn | None]:
     """Ask the model for a plan. The user's backend wins over the planner's unless it is 'auto'."""
     fallback: Backend = "cuda" if backend == "cuda" else "triton"
@@ -147,7 +146,3 @@ def reference_facts(problem: Problem, device_name: str | None = None) -> Referen
         if peaks.is_default:
             facts.notes.append(f"{device_name} is not in the peak table: the roofline uses {peaks.name}")
     return facts
-
-
-def plan_prompt_sha(messages: list[Message]) -> str:
-    return prompt_sha256("\n".join(m.content for m in messages))

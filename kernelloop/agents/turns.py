@@ -1,14 +1,24 @@
-"""One model call as data, and the protocol every chat client follows.
+"""One model call as data, and how agents make one.
 
-Agents talk to a `ChatClient`; the real one (llm.py) calls an OpenAI-compatible endpoint,
-`ReplayChatClient` re-serves turns recorded in an earlier run (offline, deterministic).
+Agents call `ask(model, key, messages)`. `model` is any LangChain chat model (the default is
+llm.make_chat_model(): ChatOpenAI on an OpenAI-compatible endpoint) or a `KeyedChatClient`:
+something that answers by key, such as `KeyedReplayChatClient` re-serving a recorded run.
+Every turn keeps the exact messages that were sent beside the reply, so a run directory is a
+complete record; the prompt's hash is what an honest replay compares.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import contextvars
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
+
+log = logging.getLogger(__name__)
 
 
 class Message(BaseModel):
@@ -24,43 +34,44 @@ class ModelTurn(BaseModel):
     model: str = ""
     finish_reason: str | None = None
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = Field(default=0, description="as the server counts them (reasoning included)")
     reasoning_tokens: int = 0
     latency_s: float = 0.0
     attempts: int = Field(default=1, description="HTTP attempts including retries")
     replayed: bool = Field(default=False, description="served from a recording, not a live model")
+    messages: list[Message] = Field(default_factory=list, description="exactly what was sent (no system role)")
 
 
-@runtime_checkable
-class ChatClient(Protocol):
-    """Anything that turns a conversation into a ModelTurn."""
-
-    model_name: str
-
-    def complete(self, messages: list[Message]) -> ModelTurn: ...
+def messages_sha256(messages: list[Message]) -> str:
+    """The prompt's hash: what replay compares. (The contents joined by newlines: the same hash
+    earlier runs recorded for their one-message prompts.)"""
+    return hashlib.sha256("\n".join(m.content for m in messages).encode()).hexdigest()
 
 
-class ReplayExhausted(RuntimeError):
-    """A replay asked for more turns than were recorded."""
+class ModelListener:
+    """What a node wants to hear while a model call runs: retries, reasoning as it streams, and a
+    replay that had to ask the live model (on_live: why)."""
+
+    def __init__(self, on_retry: Callable[[str], None] | None = None,
+                 on_reasoning: Callable[[str], None] | None = None, on_live: Callable[[str], None] | None = None):
+        self.on_retry, self.on_reasoning, self.on_live = on_retry, on_reasoning, on_live
 
 
-class ReplayChatClient:
-    """Serves recorded turns in order: deterministic re-execution with no endpoint."""
+_LISTENER: contextvars.ContextVar[ModelListener | None] = contextvars.ContextVar("kernelloop_listener", default=None)
 
-    def __init__(self, turns: list[ModelTurn], model_name: str = "replay"):
-        self._turns = list(turns)
-        self._next = 0
-        self.model_name = model_name
 
-    def complete(self, messages: list[Message]) -> ModelTurn:
-        if self._next >= len(self._turns):
-            raise ReplayExhausted(
-                f"the recording has {len(self._turns)} model turns and the run asked for more; "
-                "replay without --recorded to call a live endpoint"
-            )
-        turn = self._turns[self._next]
-        self._next += 1
-        return turn.model_copy(update={"replayed": True})
+@contextmanager
+def listening(listener: ModelListener) -> Iterator[None]:
+    """Model calls made inside this block (in this thread) report to `listener`."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+def current_listener() -> ModelListener | None:
+    return _LISTENER.get()
 
 
 # --- keyed turns: parallel coders replay deterministically -------------------------------------
@@ -68,6 +79,11 @@ class ReplayChatClient:
 # Parallel coders call the model from several threads, so "the next recorded turn" depends on
 # scheduling. Every agent call therefore carries a key (node and attempt, e.g. "coder/r2c1"), and a
 # recording is looked up by that key, never by call order.
+
+
+ChatModel = Any
+"""What agents call: a LangChain chat model (BaseChatModel) or a KeyedChatClient."""
+ChatClient = ChatModel  # the older name, still imported by agents/critic.py
 
 
 def turn_key(node: str, key: str) -> str:
@@ -84,40 +100,71 @@ class KeyedChatClient(Protocol):
     def complete_keyed(self, key: str, messages: list[Message]) -> ModelTurn: ...
 
 
-def ask(client: ChatClient | KeyedChatClient, key: str, messages: list[Message]) -> ModelTurn:
-    """One model call: by key when the client serves keyed turns, else a plain completion."""
-    if isinstance(client, KeyedChatClient):
-        return client.complete_keyed(key, messages)
-    return client.complete(messages)
+class ReplayExhausted(RuntimeError):
+    """A strict replay can't answer: no turn recorded for the key, or its prompt changed."""
+
+
+def ask(model: ChatModel, key: str, messages: list[Message]) -> ModelTurn:
+    """One model call: by key for a keyed client, else through the LangChain chat model.
+
+    The returned turn carries the messages sent (R1's: system text folded into the first user message).
+    """
+    from kernelloop.agents.llm import call_model, to_r1_messages  # lazy: langchain loads only for live calls
+
+    wire = [Message(**m) for m in to_r1_messages(messages)]
+    if isinstance(model, KeyedChatClient):
+        turn = model.complete_keyed(key, wire)
+    else:
+        turn = call_model(model, wire)
+    return turn if turn.messages else turn.model_copy(update={"messages": wire})
 
 
 class RecordedTurn(BaseModel):
     """One model call as stored in a run directory or a recording file."""
 
     key: str = Field(description="turn_key(node, key), e.g. 'coder/r2c1'")
-    prompt_sha256: str = Field(default="", description="hash of the prompt it answered")
+    prompt_sha256: str = Field(default="", description="messages_sha256 of the prompt it answered ('' when unknown)")
     turn: ModelTurn
 
 
 class KeyedReplayChatClient:
-    """Serves recorded turns by key: a run re-executes deterministically with no endpoint."""
+    """Recorded turns served by key, for runs re-executed deterministically.
 
-    def __init__(self, recorded: list[RecordedTurn], model_name: str = "replay"):
-        self._by_key = {item.key: item.turn for item in recorded}
+    A recorded turn is served only to the prompt it answered: when the prompt's hash differs
+    (a template edit, a fork's hint) or nothing was recorded for the key, the call goes to
+    `fallback` (a live chat model), and the log and the listener's on_live say why; with no
+    fallback (strict, the CLI's --recorded) it raises ReplayExhausted. Hand-written recordings
+    carry no hash and are served as they are.
+    """
+
+    def __init__(self, recorded: list[RecordedTurn], model_name: str = "replay", fallback: Any = None):
+        """recorded: may hold several turns per key (a thread's branches); the first whose prompt matches wins."""
+        self._by_key: dict[str, list[RecordedTurn]] = {}
+        for item in recorded:
+            self._by_key.setdefault(item.key, []).append(item)
         self.model_name = model_name
+        self.fallback = fallback
+        self.live_keys: list[str] = []
 
     @property
     def keys(self) -> list[str]:
         return sorted(self._by_key)
 
     def complete_keyed(self, key: str, messages: list[Message]) -> ModelTurn:
-        turn = self._by_key.get(key)
-        if turn is None:
-            raise ReplayExhausted(
-                f"the recording has no model turn for {key} ({len(self._by_key)} recorded); "
-                "replay without --recorded to call a live endpoint"
-            )
-        return turn.model_copy(update={"replayed": True})
-
-    def complete(self, messages: list[Message]) -> ModelTurn:
-        raise ReplayExhausted("a keyed recording can only answer keyed calls (use turns.ask)")
+        found, prompt = self._by_key.get(key, []), messages_sha256(messages)
+        fits = next((item for item in found if not item.prompt_sha256 or item.prompt_sha256 == prompt), None)
+        if fits is not None:
+            return fits.turn.model_copy(update={"replayed": True, "messages": messages})
+        if not found:
+            why = f"the recording has no model turn for {key} ({len(self._by_key)} recorded)"
+        else:
+            why = (f"the prompt of {key} changed since it was recorded (a template edit or a fork's hint), and a "
+                   "recorded reply is never served to another prompt")
+        if self.fallback is None:
+            raise ReplayExhausted(f"{why}; replay without --recorded to ask the model")
+        log.warning("%s: asking the model", why)
+        self.live_keys.append(key)
+        listener = current_listener()
+        if listener is not None and listener.on_live is not None:
+            listener.on_live(f"{why}: asked the model")
+        return ask(self.fallback, key, messages)

@@ -16,16 +16,30 @@ from langgraph.types import interrupt
 
 from kernelloop.agents.coder import Attempt, CoderBrief, write_candidate
 from kernelloop.agents.critic import Critique, advise, critique_round
-from kernelloop.agents.planner import Plan, ReferenceFacts, make_plan, plan_prompt_sha, planner_messages
-from kernelloop.agents.turns import turn_key
+from kernelloop.agents.planner import Plan, ReferenceFacts, make_plan, planner_messages
+from kernelloop.agents.turns import ModelListener, listening, turn_key
 from kernelloop.errors import error_line
 from kernelloop.graph.context import Context, RunEvent
 from kernelloop.graph.report import write_outputs
 from kernelloop.graph.routing import stop_reason
 from kernelloop.graph.rundir import RunDir
-from kernelloop.graph.state import (CLEAR, Review, State, attempts_of, best_of, facts_of, plan_of, problem_of,
-                                    rank_best, settings_of)
+from kernelloop.graph.state import (
+    CLEAR,
+    Review,
+    State,
+    attempts_of,
+    best_of,
+    facts_of,
+    plan_of,
+    problem_of,
+    rank_best,
+    settings_of,
+)
+from kernelloop.graph.usage import TurnUsage
 from kernelloop.problem import Candidate
+from kernelloop.tools.profile import ncu_budget
+
+REASONING_TAIL_CHARS = 200  # of streamed reasoning kept for the live view
 
 
 def _run_dir(runtime: Runtime[Context]) -> RunDir:
@@ -46,6 +60,24 @@ def _emit(runtime: Runtime[Context], event: RunEvent) -> None:
     runtime.stream_writer(event.model_dump(mode="json"))
 
 
+def _listener(runtime: Runtime[Context], round_: int, attempt_id: str | None = None) -> ModelListener:
+    """One model call's retries, streamed reasoning (at most two events a second) and replay
+    misses, as events for the live view."""
+    tail = {"text": "", "at": 0.0}
+
+    def say(kind: str, message: str) -> None:
+        _emit(runtime, RunEvent(kind=kind, round=round_, attempt_id=attempt_id, message=message))
+
+    def on_reasoning(delta: str) -> None:
+        tail["text"] = (tail["text"] + delta)[-REASONING_TAIL_CHARS:]
+        if time.monotonic() - tail["at"] >= 0.5:
+            tail["at"] = time.monotonic()
+            say("reasoning", " ".join(tail["text"].split()))
+
+    return ModelListener(on_retry=lambda why: say("retrying", why), on_reasoning=on_reasoning,
+                         on_live=lambda why: say("asked_live", why))
+
+
 def planner(state: State, runtime: Runtime[Context]) -> dict:
     """Roofline facts of the reference, then one model call for the plan."""
     context, run = runtime.context, _run_dir(runtime)
@@ -60,12 +92,16 @@ def planner(state: State, runtime: Runtime[Context]) -> dict:
             facts = ReferenceFacts(notes=[f"no roofline: {error_line(exc)}"])
     messages = planner_messages(record.name, record.source, facts, settings.backend, settings.baseline,
                                 settings.target_speedup)
-    plan, turn = make_plan(context.client(), messages, settings.backend)
+    with listening(_listener(runtime, 0)):
+        plan, turn = make_plan(context.client(), messages, settings.backend)
+    usage = []
     if turn is not None:
-        plan.turn_file, plan.turn_sha256 = run.save_turn(turn_key("planner", "plan"), plan_prompt_sha(messages), turn)
+        key = turn_key("planner", "plan")
+        plan.turn_file, plan.turn_sha256 = run.save_turn(key, turn)
+        usage.append(TurnUsage.of(key, 0, turn).model_dump())
     _emit(runtime, RunEvent(kind="planned", message=plan.model_error or plan.backend))
     return {"facts": facts.model_dump(mode="json") if facts else None, "plan": plan.model_dump(mode="json"),
-            "hints": list(state.get("hints") or []), "round": 0, "attempts": [], "critiques": [],
+            "usage": usage, "hints": list(state.get("hints") or []), "round": 0, "attempts": [], "critiques": [],
             "best_id": None, "stop_requested": False, "stop_reason": None, "status": "running",
             "phase": "planned", **_tick(state, context)}
 
@@ -91,15 +127,18 @@ def coder(brief: dict, runtime: Runtime[Context]) -> dict:
     """One candidate from one model call (many run in parallel); files written, nothing verified."""
     task, run = CoderBrief.model_validate(brief), _run_dir(runtime)
     _emit(runtime, RunEvent(kind="coding", round=task.round, attempt_id=task.attempt_id))
-    attempt, turn = write_candidate(task, runtime.context.client())
+    with listening(_listener(runtime, task.round, task.attempt_id)):
+        attempt, turn = write_candidate(task, runtime.context.client())
+    usage = []
     if turn is not None:
-        attempt.turn_file, attempt.turn_sha256 = run.save_turn(turn_key("coder", attempt.id),
-                                                               attempt.prompt_sha256, turn)
+        key = turn_key("coder", attempt.id)
+        attempt.turn_file, attempt.turn_sha256 = run.save_turn(key, turn)
+        usage.append(TurnUsage.of(key, task.round, turn).model_dump())
     if attempt.code:
         attempt.kernel_file = run.write_kernel(attempt)
     _emit(runtime, RunEvent(kind="coded", round=task.round, attempt_id=attempt.id, status=attempt.status,
                             message=attempt.model_error or attempt.extract_error or ""))
-    return {"drafts": [attempt.model_dump(mode="json")]}
+    return {"drafts": [attempt.model_dump(mode="json")], "usage": usage}
 
 
 def _verify_one(attempt: Attempt, run: RunDir, problem, runtime: Runtime[Context]) -> None:
@@ -145,11 +184,33 @@ def verifier(state: State, runtime: Runtime[Context]) -> dict:
         _emit(runtime, RunEvent(kind="verified", round=attempt.round, attempt_id=attempt.id, status=attempt.status,
                                 speedup=attempt.speedup_vs(settings.baseline),
                                 message=attempt.verdict.reason if attempt.verdict else attempt.model_error or ""))
+    profiling_s = _profile_round_best([a for a in pending if a.kernel_file], run, problem, state, runtime)
     attempts = [a for a in attempts_of(state) if a.id not in drafts] + sorted(drafts.values(), key=lambda a: a.index)
     best = rank_best(attempts, settings.baseline)
     return {"attempts": [a.model_dump(mode="json") for a in attempts], "drafts": CLEAR,
             "best_id": best.id if best else None, "round": max(a.round for a in drafts.values()),
-            "phase": "verified", **_tick(state, runtime.context)}
+            "phase": "verified", "profiling_s": profiling_s, **_tick(state, runtime.context)}
+
+
+def _profile_round_best(verified: list[Attempt], run: RunDir, problem, state: State,
+                        runtime: Runtime[Context]) -> float:
+    """Nsight Compute on the round's fastest correct attempt, within its share of the run's wall
+    clock (ncu_budget.py); the run's profiling seconds so far. Its facts, or why it did not run,
+    go into that attempt's profile for the critic."""
+    profiling_s = state.get("profiling_s", 0.0)
+    timed = [a for a in verified if a.verdict is not None and a.verdict.ok and a.verdict.speedup is not None]
+    if not timed:
+        return profiling_s
+    best = max(timed, key=lambda a: a.verdict.speedup)
+    run_s = _tick(state, runtime.context)["spent_s"]
+    why_not = ncu_budget.refusal(best.verdict.device, run_s, profiling_s)
+    if why_not:
+        best.verdict.profile = ncu_budget.with_note(best.verdict.profile, why_not)
+        return profiling_s
+    best.verdict.profile, seconds = ncu_budget.profile_candidate(run.path(best.kernel_file), problem.path,
+                                                                 best.verdict.own_kernels, best.verdict.profile)
+    run.save_verdict(best, best.verdict, best.verify_s or 0.0)
+    return profiling_s + seconds
 
 
 def critic(state: State, runtime: Runtime[Context]) -> dict:
@@ -164,11 +225,13 @@ def critic(state: State, runtime: Runtime[Context]) -> dict:
                                       facts_of(state), settings.target_speedup, settings.baseline)
     if settings.critic_model:
         record, plan = problem_of(state), plan_of(state)
-        critique, turn = advise(critique, context.client(), record.name, record.source,
-                                plan.text if plan else "", best.code if best and best.status == "correct" else "")
+        with listening(_listener(runtime, round_)):
+            critique, turn = advise(critique, context.client(), record.name, record.source,
+                                    plan.text if plan else "", best.code if best and best.status == "correct" else "")
         if turn is not None:
-            critique.turn_file, critique.turn_sha256 = _run_dir(runtime).save_turn(
-                turn_key("critic", f"r{round_}"), "", turn)
+            key = turn_key("critic", f"r{round_}")
+            critique.turn_file, critique.turn_sha256 = _run_dir(runtime).save_turn(key, turn)
+            update["usage"] = [TurnUsage.of(key, round_, turn).model_dump()]
     _emit(runtime, RunEvent(kind="critiqued", round=round_, message="; ".join(critique.next_steps)))
     return update | {"critiques": list(state.get("critiques") or []) + [critique.model_dump(mode="json")],
                      **_tick({**state, **update}, context)}

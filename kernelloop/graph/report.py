@@ -7,11 +7,22 @@ an error), so the best kernel so far is never lost.
 from __future__ import annotations
 
 import json
+
 from pydantic import BaseModel, Field
 
 from kernelloop.agents.coder import Attempt
 from kernelloop.graph.rundir import RunDir, write_atomic
-from kernelloop.graph.state import attempts_of, best_of, critiques_of, plan_of, problem_of, settings_of
+from kernelloop.graph.state import (
+    attempts_of,
+    best_of,
+    critiques_of,
+    plan_of,
+    prices_of,
+    problem_of,
+    settings_of,
+    usage_of,
+)
+from kernelloop.graph.usage import Usage, by_round, total
 
 
 class RunSummary(BaseModel):
@@ -28,10 +39,14 @@ class RunSummary(BaseModel):
     stop_reason: str | None = None
     run_status: str = Field(default="running", description="finished | running | interrupted | waiting | failed")
     spent_s: float = 0.0
+    profiling_s: float = Field(default=0.0, description="of spent_s, Nsight Compute's share (at most 10%)")
     budget_s: float | None = None
     baseline: str = "eager"
     target_speedup: float | None = None
     model: str = ""
+    base_url: str | None = None
+    tokens: Usage = Field(default_factory=Usage, description="every model call of the run, totalled (cost "
+                                                             "when prices were given)")
     run_dir: str = ""
 
 
@@ -48,8 +63,9 @@ def summarize(run: RunDir, state: dict, run_status: str | None = None, stop_reas
         attempts=len(state.get("attempts") or []), rounds=state.get("round", 0),
         stop_reason=stop_reason or state.get("stop_reason"),
         run_status=run_status or ("finished" if state.get("status") == "finished" else "running"),
-        spent_s=state.get("spent_s", 0.0), budget_s=settings.budget_s, baseline=settings.baseline, target_speedup=settings.target_speedup,
-        model=settings.model, run_dir=str(run.root))
+        spent_s=state.get("spent_s", 0.0), profiling_s=state.get("profiling_s", 0.0), budget_s=settings.budget_s, baseline=settings.baseline, target_speedup=settings.target_speedup,
+        model=settings.model, base_url=settings.base_url, tokens=total(usage_of(state), prices_of(state)),
+        run_dir=str(run.root))
 
 
 def _attempt_row(attempt: Attempt, baseline: str) -> str:
@@ -57,7 +73,23 @@ def _attempt_row(attempt: Attempt, baseline: str) -> str:
     verify = f"{attempt.verify_s:.1f}" if attempt.verify_s is not None else "-"
     reason = (attempt.verdict.reason if attempt.verdict else attempt.model_error or "").replace("|", "/")
     return (f"| {attempt.id} | {attempt.status} | {f'{speedup:.3g}x' if speedup is not None else '-'} | "
-            f"{attempt.model_s:.1f} | {verify} | {reason[:120]} |")
+            f"{attempt.model_s:.1f} | {verify} | {attempt.prompt_tokens:,} / {attempt.completion_tokens:,} | "
+            f"{reason[:120]} |")
+
+
+def _token_lines(state: dict) -> list[str]:
+    """Tokens per round and for the run (the cost too when prices were given)."""
+    turns, prices = usage_of(state), prices_of(state)
+    if not turns:
+        return []
+    lines = ["## Tokens", "", "| round | calls | prompt | completion | reasoning | cost |", "|---|---|---|---|---|---|"]
+    rows = [*((f"{r}" if r else "0 (plan)", u) for r, u in by_round(turns, prices).items()),
+            ("**run**", total(turns, prices))]
+    for name, u in rows:
+        cost = f"${u.cost_usd:.4f}" if u.cost_usd is not None else "-"
+        lines.append(f"| {name} | {u.calls} | {u.prompt_tokens:,} | {u.completion_tokens:,} | {u.reasoning_tokens:,} "
+                     f"| {cost} |")
+    return lines + [""]
 
 
 def render_report(summary: RunSummary, state: dict) -> str:
@@ -72,12 +104,15 @@ def render_report(summary: RunSummary, state: dict) -> str:
              f"- target: {f'{settings.target_speedup:g}x' if settings.target_speedup else 'any correct kernel'} "
              f"over {settings.baseline}; "
              f"{summary.rounds}/{settings.max_rounds} rounds, {summary.spent_s:.0f}/{settings.budget_s:.0f} s",
+             f"- profiling (Nsight Compute): {summary.profiling_s:.0f} s, "
+             f"{100 * summary.profiling_s / max(summary.spent_s, 1e-9):.1f}% of the run's wall clock (at most 10%)",
              f"- model: {settings.model or 'unknown'} {settings.sampling or ''}; backend {settings.backend}; "
-             f"{settings.candidates} candidates per round", ""]
+             f"{settings.candidates} candidates per round", f"- tokens: {summary.tokens.line()}", ""]
     if plan is not None:
         lines += ["## Plan", "", plan.text, ""]
-    lines += ["## Attempts", "", "| id | status | speedup | model s | verify s | reason |",
-              "|---|---|---|---|---|---|"] + [_attempt_row(a, settings.baseline) for a in attempts] + [""]
+    lines += ["## Attempts", "", "| id | status | speedup | model s | verify s | tokens in / out | reason |",
+              "|---|---|---|---|---|---|---|"] + [_attempt_row(a, settings.baseline) for a in attempts] + [""]
+    lines += _token_lines(state)
     flagged = [(a.id, line) for a in attempts if a.verdict is not None for line in a.verdict.suspicious]
     if flagged:  # the verifier's signs that a speedup is too good to be true
         lines += ["## Suspicious results (check by hand)", "", *(f"- {aid}: {line}" for aid, line in flagged), ""]
@@ -94,9 +129,12 @@ def write_outputs(run: RunDir, state: dict, run_status: str, stop_reason: str | 
     if best is not None and best.code:
         write_atomic(run.path("best_kernel.py"), best.code)
     summary = summarize(run, state, run_status, stop_reason)
-    record = summary.model_dump(mode="json") | {"report": str(run.path("report.md")),
-                                                 "attempt_list": [a.model_dump(mode="json", exclude={"code"})
-                                                                  for a in attempts_of(state)]}
+    prices = prices_of(state)
+    record = summary.model_dump(mode="json") | {
+        "report": str(run.path("report.md")),
+        "attempt_list": [a.model_dump(mode="json", exclude={"code"}) for a in attempts_of(state)],
+        "tokens_by_round": {str(r): u.model_dump() for r, u in by_round(usage_of(state), prices).items()},
+        "tokens_by_turn": list(state.get("usage") or [])}
     write_atomic(run.path("result.json"), json.dumps(record, indent=1))
     write_atomic(run.path("report.md"), render_report(summary, state))
     return summary

@@ -2,7 +2,8 @@
 
     problem.py              the reference, as the state holds it
     kernels/<attempt>.py    every candidate
-    turns/<node>-<key>-<sha>.json   every model turn (reasoning included), never overwritten
+    turns/<node>-<key>-<sha>.json   every model turn: the messages sent, the reply and its
+                            reasoning, the tokens; never overwritten
     verdicts/<attempt>-<code sha>.json   the verdict journal: written right after each
                             verification, read back on resume so no attempt is verified twice
     best_kernel.py  result.json  report.md   written when the run ends, for any reason
@@ -18,7 +19,7 @@ import os
 from pathlib import Path
 
 from kernelloop.agents.coder import Attempt
-from kernelloop.agents.turns import ModelTurn, RecordedTurn
+from kernelloop.agents.turns import ModelTurn, RecordedTurn, messages_sha256
 from kernelloop.problem import Problem, sha256_text
 from kernelloop.results import Verdict
 
@@ -58,13 +59,15 @@ class RunDir:
         return relative
 
     # -- model turns ----------------------------------------------------------------------------
-    def save_turn(self, key: str, prompt_sha256: str, turn: ModelTurn) -> tuple[str, str]:
-        """Store one turn under a name that includes its hash; returns (relative path, sha256).
+    def save_turn(self, key: str, turn: ModelTurn) -> tuple[str, str]:
+        """Store one turn (the messages sent beside the reply) under a name that includes its hash;
+        returns (relative path, sha256). The prompt hash is what an honest replay compares.
 
         A re-served turn is stored as the original (replayed=False): same reply, same file.
         """
         original = turn.model_copy(update={"replayed": False})
-        text = RecordedTurn(key=key, prompt_sha256=prompt_sha256, turn=original).model_dump_json(indent=1)
+        prompt = messages_sha256(turn.messages) if turn.messages else ""
+        text = RecordedTurn(key=key, prompt_sha256=prompt, turn=original).model_dump_json(indent=1)
         digest = sha256_text(text)
         relative = f"turns/{key.replace('/', '-')}-{digest[:12]}.json"
         if not (self.root / relative).is_file():
@@ -120,10 +123,18 @@ class RunDir:
             (self.root / ".lock").unlink(missing_ok=True)
 
 
+def turn_refs(state: dict) -> dict[str, dict]:
+    """Every model turn a thread's state points at (plan, attempts, critiques), by key:
+    'planner/plan', 'coder/r2c1', 'critic/r2' -> {'turn_file', 'turn_sha256'}."""
+    refs = {"planner/plan": state.get("plan") or {}}
+    refs |= {f"coder/{a['id']}": a for a in state.get("attempts") or []}
+    refs |= {f"critic/r{c['round']}": c for c in state.get("critiques") or []}
+    return {key: ref for key, ref in refs.items() if ref.get("turn_file")}
+
+
 def recorded_turns(run: RunDir, state: dict) -> list[RecordedTurn]:
-    """Every model turn a thread's state points at (plan, attempts, critiques), for a keyed replay."""
-    refs = [state.get("plan") or {}] + list(state.get("attempts") or []) + list(state.get("critiques") or [])
-    return [run.load_turn(ref["turn_file"], ref.get("turn_sha256")) for ref in refs if ref.get("turn_file")]
+    """Every model turn a thread's state points at, for a keyed replay."""
+    return [run.load_turn(ref["turn_file"], ref.get("turn_sha256")) for ref in turn_refs(state).values()]
 
 
 def write_recording(path: Path, turns: list[RecordedTurn]) -> None:

@@ -10,14 +10,16 @@ run directory; the state keeps their paths (relative to the run dir) and hashes.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import BaseModel, Field
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
+from kernelloop import defaults
 from kernelloop.agents.coder import Attempt
 from kernelloop.agents.critic import Critique
 from kernelloop.agents.planner import Plan, ReferenceFacts
+from kernelloop.graph.usage import Prices, TurnUsage
 from kernelloop.results import Status
 
 CLEAR = {"clear": True}  # written to `drafts` by the verifier once a round's drafts are verified
@@ -26,16 +28,19 @@ CLEAR = {"clear": True}  # written to `drafts` by the verifier once a round's dr
 class RunSettings(BaseModel):
     """The knobs of one run; a fork may change them."""
 
-    backend: Literal["triton", "cuda", "auto"] = Field(default="triton", description="'auto': the planner picks")
-    device: str = Field(default="auto", description="verifier device: 'cpu', 'cuda' or 'auto'")
+    backend: Literal["triton", "cuda", "auto"] = Field(default=defaults.BACKEND, description="'auto': the planner picks")
+    device: str = Field(default=defaults.DEVICE, description="verifier device: 'auto', 'cpu', 'cuda' or 'cuda:N'")
     model: str = Field(default="", description="model name, as the endpoint reports it")
+    base_url: str | None = Field(default=None, description="the endpoint, so a resume finds it (never the key)")
+    prices: dict[str, float] | None = Field(default=None, description="usage.Prices: USD per million prompt and "
+                                                                      "completion tokens, for the run's cost")
     sampling: dict[str, Any] = Field(default_factory=dict, description="temperature and the like")
-    target_speedup: float | None = Field(default=1.2, description="stop when a correct kernel is this fast; "
+    target_speedup: float | None = Field(default=defaults.TARGET_SPEEDUP, description="stop when a correct kernel is this fast; "
                                                                    "None: stop at the first correct one")
-    baseline: str = Field(default="eager", description="what the target is measured against")
-    max_rounds: int = Field(default=8, ge=1)
-    candidates: int = Field(default=4, ge=1, description="coders per round, run in parallel")
-    budget_s: float = Field(default=900.0, gt=0, description="wall-clock budget, s")
+    baseline: str = Field(default=defaults.BASELINE, description="what the target is measured against")
+    max_rounds: int = Field(default=defaults.MAX_ROUNDS, ge=1)
+    candidates: int = Field(default=defaults.CANDIDATES, ge=1, description="coders per round, run in parallel")
+    budget_s: float = Field(default=defaults.BUDGET_S, gt=0, description="wall-clock budget, s")
     interactive: bool = Field(default=False, description="interrupt to review the plan and between rounds")
     critic_model: bool = Field(default=False, description="the critic also asks the model for advice")
 
@@ -47,6 +52,11 @@ class ProblemRecord(BaseModel):
     path: str = Field(description="where it was loaded from (informational)")
     source: str
     sha256: str
+
+
+def add_usage(current: list[dict] | None, update: list[dict]) -> list[dict]:
+    """Each model call appends its tokens (usage.TurnUsage); parallel coders append at once."""
+    return list(current or []) + list(update)
 
 
 def add_drafts(current: list[dict] | None, update: list[dict] | dict) -> list[dict]:
@@ -82,11 +92,13 @@ class State(InputState, total=False):
     attempts: list[dict]  # every verified Attempt, in order
     best_id: str | None  # id of the best attempt so far (see rank_best)
     critiques: list[dict]  # Critique per critiqued round
+    usage: Annotated[list[dict], add_usage]  # usage.TurnUsage of every model call, in order
     stop_requested: bool  # the user asked to stop at a review
     stop_reason: str | None  # why the run ended, once it has
     status: Literal["running", "finished"]
     phase: str  # the last sequential node that completed (for `runs show`)
     spent_s: float  # wall-clock seconds spent on the run so far (sessions add up; pauses don't count)
+    profiling_s: float  # of spent_s, what Nsight Compute took (kept under 10%: tools/profile/ncu_budget.py)
     mark_at: float | None  # time.time() when spent_s was last brought up to date
 
 
@@ -112,6 +124,15 @@ def facts_of(state: State) -> ReferenceFacts | None:
 
 def critiques_of(state: State) -> list[Critique]:
     return [Critique.model_validate(c) for c in state.get("critiques") or []]
+
+
+def usage_of(state: State) -> list[TurnUsage]:
+    return [TurnUsage.model_validate(u) for u in state.get("usage") or []]
+
+
+def prices_of(state: State) -> Prices | None:
+    prices = settings_of(state).prices
+    return Prices.model_validate(prices) if prices else None
 
 
 def best_of(state: State) -> Attempt | None:

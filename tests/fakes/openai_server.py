@@ -5,14 +5,15 @@ It listens on 127.0.0.1 on a free port, serves from a background thread, and sto
 so tests can check what a client actually sent over the wire.
 
     with FakeOpenAIServer([ErrorReply(429, retry_after_s=0), Reply("ok", reasoning="hmm")]) as server:
-        client = OpenAIChatClient(EndpointConfig(base_url=server.url, model=server.model))
+        model = make_chat_model(server.url, server.model)
         ...
         assert server.requests[0].body["temperature"] == 0.6
 
 Script entries are consumed in order; an entry with a `when` matcher is served only to a
-request whose messages it accepts (the first unconsumed entry that matches wins). Streaming
-(`stream: true`) is not implemented: the project's client does not stream; such a request
-gets a 400 that says so.
+request whose messages it accepts (the first unconsumed entry that matches wins). A request
+with `stream: true` gets the same reply as server-sent events (reasoning deltas first, then
+the answer, then usage when `stream_options.include_usage` asks); `Stall` sends a few events
+and then nothing, as a stuck stream does.
 """
 
 from __future__ import annotations
@@ -82,7 +83,17 @@ class Malformed:
     when: Matcher | None = None
 
 
-Scripted = Reply | ErrorReply | Hang | Malformed
+@dataclass(frozen=True)
+class Stall:
+    """Streams `reply` until `after_chars` of it are sent, then sends nothing for `seconds` (capped)."""
+
+    reply: Reply = field(default_factory=lambda: Reply("never finished", reasoning="thinking " * 20))
+    after_chars: int = 40
+    seconds: float = 5.0
+    when: Matcher | None = None
+
+
+Scripted = Reply | ErrorReply | Hang | Malformed | Stall
 
 
 @dataclass(frozen=True)
@@ -260,12 +271,13 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None or not isinstance(body.get("messages"), list):
             self._send_json(400, error_body("body must be JSON with a 'messages' list", 400))
             return
-        if body.get("stream"):
-            self._send_json(400, error_body("the fake server does not implement stream: true", 400))
-            return
         self.fake._enter_flight()
         try:
-            response = self._respond(self.fake._next_entry(body["messages"]))
+            entry = self.fake._next_entry(body["messages"])
+            if body.get("stream") and isinstance(entry, (Reply, Stall)):
+                self._stream(entry, bool((body.get("stream_options") or {}).get("include_usage")))
+                return
+            response = self._respond(entry)
         finally:
             # Leave before writing: once the client has the answer it may send the next request,
             # which must not find this one still counted.
@@ -289,7 +301,45 @@ class _Handler(BaseHTTPRequestHandler):
             return _json(200, completion_body(entry.then, fake.model))
         if isinstance(entry, Malformed):
             return entry.status, entry.body, entry.content_type, {}
+        if isinstance(entry, Stall):  # unstreamed, a stall is a hang with no answer
+            fake._sleep(entry.seconds)
+            return _json(504, error_body("stalled", 504))
         raise TypeError(f"unknown script entry {entry!r}")
+
+    def _stream(self, entry: Reply | Stall, include_usage: bool) -> None:
+        """Server-sent events of one reply, reasoning in `reasoning_content` deltas (8 chars each)."""
+        reply = entry.reply if isinstance(entry, Stall) else entry
+        self.fake._sleep(reply.delay_s)
+        body = completion_body(reply, self.fake.model)
+        pieces = [("reasoning_content", reply.reasoning[i:i + 8]) for i in range(0, len(reply.reasoning), 8)]
+        pieces += [("content", reply.content[i:i + 8]) for i in range(0, len(reply.content), 8)]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")  # the body ends when the connection does
+        self.end_headers()
+        self.close_connection = True
+        sent = 0
+        try:
+            for name, text in pieces:
+                if isinstance(entry, Stall) and sent >= entry.after_chars:
+                    self.wfile.flush()
+                    self.fake._sleep(entry.seconds)
+                    return
+                self._event({"choices": [{"index": 0, "delta": {name: text}, "finish_reason": None}]})
+                sent += len(text)
+            self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
+            if include_usage:
+                self._event({"choices": [], "usage": body["usage"]})
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client cut the stream
+
+    def _event(self, payload: dict) -> None:
+        chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+                 "model": self.fake.model, **payload}
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.flush()
 
     def _read_and_record(self) -> dict | None:
         length = int(self.headers.get("Content-Length") or 0)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernelloop.agents.turns import Message, ModelTurn, RecordedTurn
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Status, TimingStats, Verdict
+from kernelloop.results import Code, Status, TimingStats, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 RELU_PROBLEM = ROOT / "tests" / "fixtures" / "problems" / "relu.py"
@@ -123,9 +123,11 @@ class ScriptedVerifier:
         if "tl.maximum(x, 0.0)" in candidate.source:
             timing = TimingStats(name="candidate", median_ms=0.010, iqr_ms=0.001, min_ms=0.009, mean_ms=0.010,
                                  samples=50)
-            return Verdict(status=Status.correct, reason="correct", device="cuda", trials=3, speedup=self.speedup,
+            return Verdict(status=Status.correct, reason="correct", code=Code.correct, device="cuda", trials=3,
+                           speedup=self.speedup,
                            speedups={"eager": self.speedup}, timings={"candidate": timing})
-        return Verdict(status=Status.incorrect, reason="mismatch: max_abs_err 2.1 rel_err 1.0", device="cuda",
+        return Verdict(status=Status.incorrect, reason="mismatch: max_abs_err 2.1 rel_err 1.0", code=Code.mismatch,
+                       device="cuda",
                        max_abs_err=2.1, rel_err=1.0, trials=1,
                        feedback="output mismatch on trial 1: negative inputs came out unchanged")
 

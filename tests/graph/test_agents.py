@@ -1,5 +1,8 @@
 """Planner, coder and critic on their own: prompts, parsing, the critic's rules."""
 
+import json
+from pathlib import Path
+
 import jinja2
 import pytest
 
@@ -9,9 +12,11 @@ from kernelloop.agents.planner import ReferenceFacts, parse_plan, planner_messag
 from kernelloop.agents.prompts import render
 from kernelloop.agents.turns import KeyedReplayChatClient, RecordedTurn, ReplayExhausted
 from kernelloop.problem import Problem
-from kernelloop.results import Status, TimingStats, Verdict
+from kernelloop.results import Code, Status, Verdict
+from kernelloop.tools.verify.speed import judge_speed
 from tests.graph.scripted import RELU_PROBLEM, ScriptedChatClient, default_script
 
+SPEED_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "speed"
 BRIEF = CoderBrief(attempt_id="r1c0", round=1, index=0, candidates=2, backend="triton", problem_name="relu",
                    problem_source="class Model: ...", plan="one pass")
 
@@ -64,10 +69,13 @@ def verdict_attempt(id_, verdict):
 
 def test_the_critic_names_the_fix_for_each_kind_of_failure():
     attempts = [
-        verdict_attempt("r1c0", Verdict(status=Status.incorrect, reason="mismatch", rel_err=0.002, max_abs_err=0.03)),
-        verdict_attempt("r1c1", Verdict(status=Status.rejected, reason="try/except around the launch")),
-        verdict_attempt("r1c2", Verdict(status=Status.runtime_error, reason="crashed with SIGSEGV")),
+        verdict_attempt("r1c0", Verdict(status=Status.incorrect, reason="mismatch", code=Code.mismatch, rel_err=0.002,
+                                        max_abs_err=0.03)),
+        verdict_attempt("r1c1", Verdict(status=Status.rejected, reason="try/except around the launch",
+                                        code=Code.try_except)),
+        verdict_attempt("r1c2", Verdict(status=Status.runtime_error, reason="crashed with SIGSEGV", code=Code.crashed)),
         verdict_attempt("r1c3", Verdict(status=Status.compile_error, reason="compile: triton failed",
+                                        code=Code.compile_failed,
                                         stderr_tail="...\nCompilationError: arange's range must be a power of 2")),
     ]
     critique = critique_round(attempts, best=attempts[0])
@@ -79,20 +87,28 @@ def test_the_critic_names_the_fix_for_each_kind_of_failure():
     assert critique.next_steps == ["no attempt is correct yet: get correctness first; r1c0 came closest"]
 
 
+def test_the_critic_branches_on_the_code_not_on_the_words_of_the_reason():
+    """A reason that reads like another failure does not mislead it: the code decides."""
+    misleading = verdict_attempt("r1c0", Verdict(status=Status.rejected, code=Code.writes_to_inputs,
+                                                 reason="try/except, monkeypatch and out of memory"))
+    steps = " ".join(critique_round([misleading], best=None).per_attempt["r1c0"])
+    assert "never into the inputs" in steps and "remove the try/except" not in steps
+
+
 def test_the_critic_reads_speed_roofline_and_profile_of_a_correct_kernel():
-    timing = TimingStats(name="candidate", median_ms=0.05, iqr_ms=0.001, min_ms=0.049, mean_ms=0.05, samples=30)
-    profile = {"roofline": {"floor_ms": 0.02, "compute_floor_ms": 0.001, "memory_floor_ms": 0.02,
-                            "percent_of_limit": 40.0},
-               "kernel_split": {"library_share": 0.5, "library_kernels": {"ampere_sgemm": "gemm"}},
-               "ncu": [{"kernel": "fused", "occupancy_pct": 12.0, "registers_per_thread": 128,
-                        "top_stalls": [["long_scoreboard", 3.2]]}]}
-    fast = verdict_attempt("r1c0", Verdict(status=Status.correct, reason="correct", speedup=0.9, timings={
-        "candidate": timing}, profile=profile, library_ops=["aten::mm"]))
+    """The profile is the one production makes: judge_speed on a measurement recorded on an H100."""
+    measurement = json.loads((SPEED_FIXTURES / "honest.json").read_text())
+    measurement.pop("recorded")
+    judged = judge_speed(measurement)
+    fast = verdict_attempt("r1c0", Verdict(status=Status.correct, reason="correct", code=Code.correct, device="cuda",
+                                           speedup=0.9, timings=judged.timings, profile=judged.profile.model_dump(),
+                                           library_ops=["aten::relu"]))
     critique = critique_round([fast], best=fast, target=1.2)
     text = " ".join(critique.per_attempt["r1c0"])
-    for expected in ("reaches 40% of the roofline limit", "0.9x over eager, target 1.2x", "memory-bound",
-                     "50% of device time is in library kernels (ampere_sgemm)", "low occupancy (12%, 128 registers",
-                     "long_scoreboard 3.2", "still runs aten::mm in torch"):
+    for expected in ("0.9x over eager, target 1.2x", "memory-bound", "of H100 SXM's memory bandwidth",
+                     "kernels by device time: own relu_kernel 100%", "host/device: a call takes",
+                     "GPU NVIDIA H100 80GB HBM3: SM clock 1980-1980 MHz, not throttled",
+                     "Nsight Compute: not run for this candidate", "still runs aten::relu in torch"):
         assert expected in text
     assert critique.bound == "memory"
     assert "start from the best kernel (r1c0" in critique.next_steps[0]

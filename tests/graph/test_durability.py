@@ -46,10 +46,10 @@ def saved_drafts_at_latest_checkpoint(workspace: Path, thread: str) -> int:
         try:
             latest = conn.execute("SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = ?",
                                   (thread,)).fetchone()[0]
-        except sqlite3.OperationalError:  # the file exists but the saver hasn't made its tables yet
+            return conn.execute("SELECT count(*) FROM writes WHERE thread_id = ? AND checkpoint_id = ? "
+                                "AND channel = 'drafts'", (thread, latest)).fetchone()[0]
+        except sqlite3.OperationalError:  # the file exists but the saver hasn't made all its tables yet
             return 0
-        return conn.execute("SELECT count(*) FROM writes WHERE thread_id = ? AND checkpoint_id = ? AND channel = 'drafts'",
-                            (thread, latest)).fetchone()[0]
 
 
 def attempts(workspace: Path, thread: str) -> list[tuple]:

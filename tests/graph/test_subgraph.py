@@ -4,6 +4,7 @@ inside it pauses and resumes through the parent), and the run goes to its end.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from langgraph.checkpoint.memory import InMemorySaver
@@ -89,3 +90,27 @@ def test_an_interrupt_inside_pauses_and_resumes_through_the_parent(tmp_path):
         resumed = graph.invoke(Command(resume={"action": "continue"}), config, context=context(tmp_path, verifier))
     assert resumed["announcement"] == "best r2c0: target_met"
     assert verifier.calls == ["r1c0", "r1c1", "r2c0", "r2c1"]
+
+
+def test_a_parent_passes_its_own_langchain_chat_model(tmp_path):
+    """The model is whatever LangChain chat model the embedding agent already has (here LangChain's fake)."""
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
+
+    from tests.graph.scripted import PLAN_REPLY, coder_reply
+
+    def reply(text: str, tokens: tuple[int, int]) -> AIMessage:
+        return AIMessage(f"<think>hmm</think>{text}", usage_metadata={
+            "input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": sum(tokens)})
+
+    kernel = reply(coder_reply(FIXED_KERNEL), (90, 30))
+    theirs = FakeMessagesListChatModel(responses=[reply(PLAN_REPLY, (40, 10)), kernel, kernel])  # plan, 2 coders
+    graph = parent_graph(InMemorySaver())
+    config = {"configurable": {"thread_id": "parent-3"}}
+    out = graph.invoke({"request": str(RELU_PROBLEM)}, config,
+                       context=Context(chat_client=theirs, verifier=ScriptedVerifier(), workspace=tmp_path,
+                                       analyze=lambda p: None))
+    assert out["announcement"] == "best r1c0: target_met"
+    result = json.loads((tmp_path / "runs" / "parent-3" / "result.json").read_text())
+    assert (result["tokens"]["prompt_tokens"], result["tokens"]["completion_tokens"]) == (40 + 90 + 90, 10 + 30 + 30)
+    assert {a["id"]: a["verdict"]["status"] for a in result["attempt_list"]} == {"r1c0": "correct", "r1c1": "correct"}

@@ -27,14 +27,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelloop.agents.llm import OpenAIChatClient
+from kernelloop.agents.llm import make_chat_model
 from kernelloop.cli import app
-from kernelloop.config import EndpointConfig
 from kernelloop.evals.records import Mode
 from kernelloop.evals.suite import resolve_suite, run_bench, scoring_work
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import CheckpointError, open_checkpointer
-from kernelloop.solve import SolveError, resume, solve
+from kernelloop.runs import SolveError, resume, solve
 from kernelloop.tools.verify.verifier import Verifier
 from tests.fakes.openai_server import ErrorReply, FakeOpenAIServer, Hang, Reply
 from tests.graph.scripted import FIXED_KERNEL, PLAN_REPLY, RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier, \
@@ -98,9 +97,8 @@ def test_500s_and_timeouts_mid_run_are_retried_then_recorded_as_failed_attempts(
         Hang(3.0, when=asks("candidate 2 of 2 in round 1")),
         Hang(3.0, when=asks("candidate 2 of 2 in round 1")),  # both tries time out
     ]
-    config = EndpointConfig(base_url="http://unused/v1", model="fake-r1", timeout_s=0.5, max_retries=1)
     with FakeOpenAIServer(script) as server:
-        client = OpenAIChatClient(config.model_copy(update={"base_url": server.url}), backoff_base_s=0.01)
+        client = make_chat_model(server.url, "fake-r1", timeout_s=0.5, max_retries=1)
         result = solve(RELU_PROBLEM, chat_client=client, verifier=ScriptedVerifier(), workspace=tmp_path,
                        candidates=2, thread_id="flaky", **NO_FACTS)
         assert server.unserved == 0

@@ -11,7 +11,7 @@ from langchain_core.messages import ToolMessage
 
 from kernelloop.langchain_tools import kernelloop_tools, solve_tool, verify_tool
 from kernelloop.results import Status, Verdict
-from kernelloop.solve import SolveResult
+from kernelloop.runs import SolveResult
 from tests.graph.scripted import FIXED_KERNEL, RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

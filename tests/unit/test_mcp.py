@@ -219,7 +219,7 @@ def test_a_reference_that_fails_is_a_verdict_saying_so_not_a_failed_job(tmp_path
 
 def test_mcp_command_with_a_bad_device_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(app, ["mcp", "--device", "tpu", "--workspace", str(tmp_path)])
-    assert result.exit_code == 2 and "unknown device 'tpu'" in result.output
+    assert result.exit_code == 2 and "--device must be auto, cpu, cuda or cuda:N, not 'tpu'" in result.output
 
 
 def last_kind(manager: JobManager, job_id: str) -> str | None:
@@ -250,3 +250,46 @@ def test_cancel_stops_a_run_at_the_next_safe_point(tmp_path):
     assert chat_requests == 3  # the plan and round 1's two coders; round 2 never started
     assert ended.summary is not None and ended.summary.attempts == 0
     assert (Path(ended.summary.run_dir) / "result.json").is_file()
+
+
+def test_jobs_outlive_the_server_and_progress_goes_out_as_notifications(tmp_path):
+    """A solve job is a checkpointed thread: a new server over the same workspace still finds it."""
+    from kernelloop import __version__
+
+    script = [Reply(PLAN_REPLY, when=asks("You are planning")),
+              Reply(coder_reply(FIXED_KERNEL), delay_s=0.5, when=asks("candidate 1 of 1 in round 1"))]
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, message))
+
+    async def first_server(url: str) -> dict:
+        with JobManager(tmp_path, pool_factory=ScriptedPool) as manager:
+            async with Client(build_server(manager)) as client:
+                assert (client.server_info.name, client.server_info.version) == ("kernelloop", __version__)
+                started = await Timed(client)("start_optimization", problem_path=str(RELU_PROBLEM), candidates=1,
+                                              base_url=url, model="fake-r1")
+                status = started
+                while status["state"] not in ("succeeded", "failed", "cancelled"):
+                    result = await client.call_tool("job_status", {"job_id": started["job_id"], "wait_s": 5},
+                                                    progress_callback=on_progress)
+                    status = result.structured_content
+                return status
+
+    async def second_server(job_id: str) -> tuple[dict, dict]:
+        with JobManager(tmp_path, pool_factory=ScriptedPool) as manager:  # a restart: an empty job table
+            async with Client(build_server(manager)) as client:
+                call = Timed(client)
+                return await call("job_status", job_id=job_id), await call("list_jobs")
+
+    with FakeOpenAIServer(script) as fake:
+        ended = anyio.run(first_server, fake.url)
+    assert ended["state"] == "succeeded" and ended["summary"]["best_id"] == "r1c0"
+    assert progress and any("r1c0" in (message or "") for _, message in progress)  # the attempt's own events
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)  # steps only go forward
+
+    again, listed = anyio.run(second_server, ended["job_id"])
+    assert (again["state"], again["thread_id"], again["summary"]["best_id"]) == ("succeeded", ended["thread_id"],
+                                                                                "r1c0")
+    assert again["best_kernel"] == FIXED_KERNEL
+    assert [j["job_id"] for j in listed["jobs"]] == [ended["job_id"]]
