@@ -1,19 +1,26 @@
-"""Configuration with one precedence everywhere: explicit argument > environment > default.
+"""The model endpoint and the workspace, with one precedence everywhere:
+explicit argument > KERNELLOOP_* environment > .env > kernelloop.toml > default (settings.py).
 
-Environment names are part of the stable interface (DESIGN.md): KERNELLOOP_BASE_URL,
-KERNELLOOP_MODEL, KERNELLOOP_API_KEY, KERNELLOOP_HOME.
+Environment names are part of the stable interface: KERNELLOOP_BASE_URL, KERNELLOOP_MODEL,
+KERNELLOOP_API_KEY, KERNELLOOP_HOME (docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field, SecretStr
 
-from kernelloop.workspace import DEFAULT_WORKSPACE, workspace_dir  # noqa: F401  (re-exported)
-from kernelloop.workspace import pick as _pick
+from kernelloop.settings import ConfigError, load_settings  # noqa: F401  (ConfigError re-exported)
+from kernelloop.workspace import DEFAULT_WORKSPACE  # noqa: F401  (re-exported)
 
 
-class ConfigError(ValueError):
-    """Missing or inconsistent configuration; the message says what to set."""
+def workspace_dir(explicit: str | Path | None = None) -> Path:
+    """The workspace (checkpoint DB, run dirs, caches): the argument, else KERNELLOOP_HOME / .env /
+    kernelloop.toml's `home`, else ./.kernelloop. (The verifier alone reads only the environment:
+    workspace.py, which needs no pydantic.)"""
+    home = Path(explicit) if explicit is not None else load_settings().home
+    return home.expanduser().resolve()
 
 
 class EndpointConfig(BaseModel):
@@ -30,13 +37,13 @@ class EndpointConfig(BaseModel):
     @classmethod
     def resolve(cls, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
                 **overrides) -> EndpointConfig:
-        """Flags win over KERNELLOOP_* environment; a missing endpoint is one clear error."""
-        url = _pick(base_url, "KERNELLOOP_BASE_URL")
-        name = _pick(model, "KERNELLOOP_MODEL")
-        key = _pick(api_key, "KERNELLOOP_API_KEY", "not-needed")
+        """Flags win over KERNELLOOP_* environment, .env and kernelloop.toml; a missing endpoint is one clear error."""
+        settings = load_settings(base_url=base_url, model=model, api_key=api_key)
+        url, name, key = settings.base_url, settings.model, settings.api_key.get_secret_value()
         missing = [flag for flag, value in (("--base-url / KERNELLOOP_BASE_URL", url),
                                             ("--model / KERNELLOOP_MODEL", name)) if not value]
-        if missing:
-            raise ConfigError(f"no model endpoint configured: set {' and '.join(missing)} "
-                              "(any OpenAI-compatible server: DeepSeek API, NIM, vLLM, SGLang, Ollama)")
+        if missing or url is None or name is None:
+            raise ConfigError(f"no model endpoint configured: set {' and '.join(missing)}, or put them in "
+                              ".env or kernelloop.toml (any OpenAI-compatible server: DeepSeek API, NIM, vLLM, "
+                              "SGLang, Ollama)")
         return cls(base_url=url, model=name, api_key=SecretStr(key), **overrides)

@@ -151,7 +151,8 @@ def check_sandbox() -> Check:
         fraction = gpu_memory_fraction()
     except IsolationError as exc:
         return Check("sandbox", "fail", str(exc), "install bubblewrap, or set KERNELLOOP_SANDBOX=auto")
-    limits = f"; children capped at {fraction:g} of GPU memory"
+    # The GPU memory cap means nothing where there is no GPU: said only where torch sees one.
+    limits = f"; children capped at {fraction:g} of GPU memory" if _has_cuda() else ""
     if mode == "plain":
         fix = ("apt-get install bubblewrap" if probe_bubblewrap().path is None
                else "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or a container "
@@ -162,6 +163,40 @@ def check_sandbox() -> Check:
         return Check("sandbox", "fail", f"bubblewrap works, but Python does not start in the sandbox: {started}",
                      "report this with `kernelloop doctor --json`; KERNELLOOP_SANDBOX=plain runs without it")
     return Check("sandbox", "ok", note + limits)
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - reported by check_torch
+        return False
+    return torch.cuda.is_available()
+
+
+def check_settings(**flags) -> Check:
+    """Each setting's value and where it came from (flag, env, .env, kernelloop.toml, default)."""
+    from kernelloop.settings import ConfigError, load_settings, origins
+
+    try:
+        values = load_settings(**flags).model_dump()
+    except ConfigError as exc:
+        return Check("settings", "fail", str(exc),
+                     "fix the value (flag, KERNELLOOP_* variable, .env or kernelloop.toml)")
+    where = origins(**flags)
+    shown = ", ".join(f"{name}={shown_value(name, value)} ({where[name]})" for name, value in values.items())
+    return Check("settings", "ok", shown)
+
+
+def shown_value(name: str, value) -> str:
+    from kernelloop.units import format_duration, format_target
+
+    if name == "api_key":
+        return "set" if value.get_secret_value() != "not-needed" else "unset"
+    if name == "budget":
+        return format_duration(value)
+    if name == "target":
+        return format_target(value)
+    return str(value)
 
 
 def _start_python_in_sandbox() -> str:
@@ -212,7 +247,7 @@ def check_endpoint(base_url: str | None = None, model: str | None = None, api_ke
 
 def check_workspace(workspace: Path | None = None) -> Check:
     """The workspace is writable, has room, and its checkpoint DB (if any) opens."""
-    from kernelloop.workspace import workspace_dir
+    from kernelloop.config import workspace_dir  # flag > env > .env > kernelloop.toml > ./.kernelloop
 
     space = workspace_dir(workspace)
     existing = next((p for p in (space, *space.parents) if p.exists()), Path("/"))
@@ -239,5 +274,6 @@ def run_checks(base_url: str | None = None, model: str | None = None, api_key: s
     """Every check, in the order a person would fix them."""
     checks: list[Callable[[], Check]] = [
         check_python, check_torch, check_triton, check_cuda, check_nvml, check_ncu, check_sandbox,
-        lambda: check_endpoint(base_url, model, api_key), lambda: check_workspace(workspace)]
+        lambda: check_endpoint(base_url, model, api_key), lambda: check_workspace(workspace),
+        lambda: check_settings(base_url=base_url, model=model, api_key=api_key, home=workspace)]
     return [check() for check in checks]

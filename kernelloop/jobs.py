@@ -13,138 +13,38 @@ profile job that has begun runs to its end and is then marked cancelled.
 
 from __future__ import annotations
 
-import functools
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field
 
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
 from kernelloop.config import EndpointConfig, workspace_dir
 from kernelloop.errors import error_line
 from kernelloop.graph.context import RunEvent
 from kernelloop.graph.report import RunSummary
-from kernelloop.problem import Candidate, Problem, ProblemError, sha256_text
-from kernelloop.results import Status, Verdict
+from kernelloop.problem import Candidate, Problem, ProblemError
+from kernelloop.requests import RequestError, SolveRequest, VerifyRequest
+from kernelloop.results import Code, Status, Verdict
+from kernelloop.runs import RunCancelled
 from kernelloop.tools.verify.pool import VerifierPool, local_devices, make_pool
-from kernelloop.solve import RunCancelled
 
 JobKind = Literal["solve", "verify", "profile"]
 JobState = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
 FINISHED: tuple[JobState, ...] = ("succeeded", "failed", "cancelled")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
 
 class JobCancelled(RunCancelled):
     """Raised inside a job's thread at a safe point after cancel() was asked."""
 
 
-class JobError(ValueError):
-    """A request that can't be served (unknown job id, no problem given). One line."""
-
-
-def one_line(error: ValueError) -> str:
-    """A bad-input error as the one line a caller reads (pydantic's: each field and what is wrong with it)."""
-    if isinstance(error, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-T = TypeVar("T")
-
-
-def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """Decorate a tool so bad input (a ValueError: ProblemError, JobError, PoolError, ConfigError,
-    ValidationError) reaches its caller as `error` (the framework's tool error) with one line;
-    anything else stays a crash."""
-    def decorate(tool: Callable[..., T]) -> Callable[..., T]:
-        @functools.wraps(tool)
-        def checked(*args: Any, **kwargs: Any) -> T:
-            try:
-                return tool(*args, **kwargs)
-            except ValueError as exc:
-                raise error(one_line(exc)) from exc
-        return checked
-    return decorate
-
-
-# --------------------------------------------------------------------------- requests
-
-
-class ProblemInput(BaseModel):
-    """A problem by path, or by its text (written under WORKSPACE/jobs/inputs/)."""
-
-    problem_path: str | None = Field(default=None,
-                                     description="a problem file: class Model, get_inputs, get_init_inputs")
-    problem_source: str | None = Field(default=None, description="the problem file's text, instead of a path")
-    problem_name: str = Field(default="problem", description="file name (no .py) for a problem given as text")
-
-    def load_problem(self, workspace: Path) -> Problem:
-        path = _path_or_text(self.problem_path, self.problem_source, self.problem_name, "problem",
-                             workspace / "jobs" / "inputs")
-        return Problem.from_file(path)
-
-
-class CandidateInput(ProblemInput):
-    """A candidate kernel and the problem it claims to solve."""
-
-    candidate_path: str | None = Field(default=None, description="a candidate file: class ModelNew")
-    candidate_source: str | None = Field(default=None, description="the candidate's text, instead of a path")
-
-    def load_candidate(self) -> Candidate:
-        if (self.candidate_path is None) == (self.candidate_source is None):
-            raise JobError("give exactly one of candidate_path and candidate_source")
-        if self.candidate_source is not None:
-            return Candidate(source=self.candidate_source)
-        return Candidate.from_file(self.candidate_path)
-
-
-class VerifyRequest(CandidateInput):
-    """One candidate against one problem, on a device."""
-
-    device: str = Field(default="auto", description="auto, cpu, cuda or cuda:N")
-    strict: bool = Field(default=False, description="reject library ops kept beside the candidate's kernels")
-
-
-class SolveSettings(ProblemInput):
-    """A problem to make a fast kernel for, and how much to spend on it."""
-
-    budget_s: float = Field(default=900.0, gt=0, description="wall-clock budget, s")
-    candidates: int = Field(default=4, ge=1, le=32, description="kernels written in parallel per round")
-    target_speedup: float | None = Field(default=1.2, description="stop at this speedup over eager; "
-                                                                  "null: at the first correct kernel")
-    max_rounds: int = Field(default=8, ge=1)
-    hints: list[str] = Field(default_factory=list, description="advice for the coders from the first round")
-
-
-class SolveRequest(SolveSettings):
-    """An optimization run; the endpoint defaults to KERNELLOOP_BASE_URL / _MODEL / _API_KEY."""
-
-    backend: Literal["triton", "cuda", "auto"] = "triton"
-    device: str = Field(default="auto", description="auto, cpu, cuda or cuda:N")
-    base_url: str | None = None
-    model: str | None = None
-    api_key: SecretStr | None = None
-
-
-def _path_or_text(path: str | None, text: str | None, name: str, what: str, inbox: Path) -> Path:
-    if (path is None) == (text is None):
-        raise JobError(f"give exactly one of {what}_path and {what}_source")
-    if path is not None:
-        return Path(path).expanduser()
-    if not _NAME.match(name):
-        raise JobError(f"bad {what}_name {name!r}: letters, digits, '_', '-', '.' only")
-    target = inbox / sha256_text(text)[:16] / f"{name}.py"
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    return target
+class JobError(RequestError):
+    """A job request that can't be served (an unknown job id). One line."""
 
 
 # --------------------------------------------------------------------------- status
@@ -229,7 +129,7 @@ def problem_failed_verdict(exc: ProblemError, device: str) -> Verdict:
     """A verdict for a candidate that could not be judged because its problem failed (the
     reference could not be made): shaped like any other, and saying whose failure it is."""
     line = (str(exc).splitlines() or [type(exc).__name__])[0]  # a ProblemError's message is one line
-    return Verdict(status=Status.runtime_error, reason=f"problem error: {line}"[:500], device=device,
+    return Verdict(status=Status.runtime_error, reason=f"problem error: {line}"[:500], code=Code.problem_error, device=device,
                    feedback=f"The problem's reference failed before the candidate was judged, so this is not the "
                             f"candidate's fault and changing it will not help: {line}")
 
@@ -262,7 +162,7 @@ class JobManager:
     def start_solve(self, request: SolveRequest,
                     chat_client: ChatClient | KeyedChatClient | None = None) -> JobStatus:
         """Start an optimization run; returns at once. chat_client: instead of the endpoint settings."""
-        from kernelloop.solve import new_thread_id  # lazy: solve imports the whole agent loop
+        from kernelloop.runs import new_thread_id  # lazy: solve imports the whole agent loop
 
         problem = request.load_problem(self.workspace)
         if chat_client is None:  # a missing endpoint is the caller's error now, not a failed job later
@@ -313,7 +213,7 @@ class JobManager:
     # -- the work ------------------------------------------------------------------------------
     def _run_solve(self, job: _Job, request: SolveRequest, problem: Problem, pool: VerifierPool,
                    chat_client: ChatClient | KeyedChatClient | None) -> str:
-        from kernelloop.solve import solve  # lazy: see start_solve
+        from kernelloop.runs import solve  # lazy: see start_solve
 
         def on_event(event: RunEvent) -> None:
             job.update(last_event=event, events=job.status.events + 1, message=_describe(event))

@@ -18,14 +18,15 @@ import importlib.util
 import inspect
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernelloop import source_ast
+from kernelloop import defaults, source_ast
 from kernelloop.errors import error_line
+from kernelloop.results import Code
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES")
@@ -38,6 +39,28 @@ class ProblemError(ValueError):
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_source_size(size: int, where: str, what: str) -> None:
+    """A problem or candidate over MAX_SOURCE_BYTES is refused before it is read or parsed."""
+    if size > defaults.MAX_SOURCE_BYTES:
+        raise ProblemError(f"{where}: {size:,} bytes, over the {defaults.MAX_SOURCE_BYTES:,}-byte limit for a {what}")
+
+
+def read_source(path: Path, what: str) -> str:
+    """The text of a problem or candidate file; a directory, a missing, oversized or undecodable
+    file is a one-line ProblemError naming the file."""
+    if path.is_dir():
+        raise ProblemError(f"{path}: is a directory, not a {what} file")
+    if not path.is_file():
+        raise ProblemError(f"{path}: no such {what} file")
+    check_source_size(path.stat().st_size, str(path), what)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")  # Python source is UTF-8; the locale's encoding is not the file's
+    except UnicodeDecodeError as exc:
+        raise ProblemError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                           f"a {what} is a Python source file") from None
 
 
 def import_source(path: Path, module_name: str) -> ModuleType:
@@ -88,11 +111,9 @@ class Problem:
     @classmethod
     def from_file(cls, path: str | Path) -> Problem:
         path = Path(path)
-        if not path.is_file():
-            raise ProblemError(f"{path}: no such problem file")
-        if path.suffix != ".py":
+        if path.is_file() and path.suffix != ".py":
             raise ProblemError(f"{path}: a problem is a .py file")
-        source = path.read_text()
+        source = read_source(path, "problem")
         try:
             source_ast.parse(source, filename=str(path))
         except SyntaxError as exc:
@@ -138,7 +159,6 @@ class Candidate:
 
     source: str
     path: Path | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def sha256(self) -> str:
@@ -147,18 +167,21 @@ class Candidate:
     @classmethod
     def from_file(cls, path: str | Path) -> Candidate:
         path = Path(path)
-        if not path.is_file():
-            raise ProblemError(f"{path}: no such candidate file")
-        return cls(source=path.read_text(), path=path.resolve())
+        return cls(source=read_source(path, "candidate"), path=path.resolve())
 
     def syntax_error(self) -> str | None:
         """One line saying why the source is not a candidate, or None when it parses and has ModelNew."""
+        found = self.syntax_problem()
+        return found[1] if found else None
+
+    def syntax_problem(self) -> tuple[Code, str] | None:
+        """(Code.syntax or Code.no_modelnew, one line), or None when it parses and has ModelNew."""
         try:
             tree = source_ast.parse(self.source)
         except SyntaxError as exc:
-            return f"line {exc.lineno}: syntax error: {exc.msg}"
+            return Code.syntax, f"line {exc.lineno}: syntax error: {exc.msg}"
         if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
-            return "no top-level `class ModelNew(nn.Module)` in the candidate"
+            return Code.no_modelnew, "no top-level `class ModelNew(nn.Module)` in the candidate"
         return None
 
 

@@ -1,12 +1,12 @@
-"""What `solve` and `runs` share: flag parsing, the live progress view, the interactive reviews.
+"""The live progress view of `solve` and `runs`, and the interactive reviews.
 
 Progress goes to stderr, so with --json the last stdout line stays the one result object.
 """
 
 from __future__ import annotations
 
-import re
 import time
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console, Group
@@ -15,40 +15,16 @@ from rich.panel import Panel
 from rich.prompt import Prompt
 from rich.table import Table
 
-from kernelloop.graph.context import RunEvent
-from kernelloop.graph.report import RunSummary
-from kernelloop.graph.state import Review
+from kernelloop.cli._common import errors
 
-errors = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
-_screen = Console(stderr=True)  # the live view wraps to the terminal
+if TYPE_CHECKING:  # the graph loads only when a run starts, never for --help
+    from kernelloop.graph.context import RunEvent
+    from kernelloop.graph.report import RunSummary
+    from kernelloop.graph.state import Review
+
+_screen = Console(stderr=True)  # the live view wraps to the terminal; error lines (errors) never wrap
 STYLE = {"correct": "bold green", "incorrect": "red", "rejected": "magenta", "compile_error": "yellow",
          "runtime_error": "yellow", "timeout": "yellow", "no_candidate": "dim", "unverified": "dim"}
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
-
-
-def parse_duration_s(text: str) -> float:
-    """'15m', '90s', '1h30m', '600' (seconds) -> seconds."""
-    match = _DURATION.match(text)
-    if not text.strip() or not match or not any(match.groups()):
-        raise typer.BadParameter(f"{text!r} is not a duration: use e.g. 15m, 90s, 1h30m or seconds")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise typer.BadParameter("the budget must be more than 0 s")
-    return total
-
-
-def parse_target(text: str) -> float | None:
-    """'1.2x' or '1.2' -> 1.2; 'none' or 'correct' -> None (stop at the first correct kernel)."""
-    if text.strip().lower() in ("none", "correct", "any"):
-        return None
-    try:
-        value = float(text.strip().lower().removesuffix("x"))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a speedup: use e.g. 1.2x, or 'none'") from None
-    if value <= 0:
-        raise typer.BadParameter("the target speedup must be > 0")
-    return value
 
 
 class LiveView:
@@ -60,23 +36,26 @@ class LiveView:
         self.note = "starting"
         self._synced_at = time.monotonic()
         self._live = Live(self._render(), console=_screen, refresh_per_second=4, transient=False) if enabled else None
+        self._running = False
 
     def __enter__(self) -> LiveView:
-        if self._live is not None:
-            self._live.start()
-        return self
+        return self  # drawn from the run's first report on: an error before the run starts stands alone
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     def stop(self) -> None:
-        if self._live is not None:
+        if self._live is not None and self._running:
             self._live.update(self._render())
             self._live.stop()
+            self._running = False
+            if not _screen.is_terminal:  # rich ends a terminal's last frame with a newline, not a pipe's
+                _screen.line()
 
     def start(self) -> None:
-        if self._live is not None:
+        if self._live is not None and not self._running:
             self._live.start()
+            self._running = True
 
     def on_progress(self, summary: RunSummary) -> None:
         self.summary, self._synced_at = summary, time.monotonic()
@@ -88,11 +67,14 @@ class LiveView:
                                            f"{event.speedup:.3g}x" if event.speedup is not None else "",
                                            event.message[:90]]
         self.note = {"planning": "planning", "planned": "plan ready", "critiqued": "critique ready",
-                     "finished": f"finished: {event.message}"}.get(event.kind, self.note)
+                     "finished": f"finished: {event.message}", "retrying": f"model retrying: {event.message}",
+                     "asked_live": event.message[:90], "reasoning": f"thinking: ...{event.message[-70:]}"
+                     }.get(event.kind, self.note)
         self._refresh()
 
     def _refresh(self) -> None:
         if self._live is not None:
+            self.start()
             self._live.update(self._render())
 
     def _render(self) -> Group:
@@ -104,7 +86,10 @@ class LiveView:
             left = f"{max(0.0, s.budget_s - spent) / 60:.1f} min left" if s.budget_s else f"{spent:.0f} s"
             best = f"{s.best_id} {s.status}" + (f" {s.best_speedup:.3g}x" if s.best_speedup is not None else "") \
                 if s.best_id else "none yet"
-            header = f"[bold]{s.thread_id}[/] round {s.rounds} | {s.attempts} attempts | best {best} | {left} | {self.note}"
+            cost = f" ${s.tokens.cost_usd:.3f}" if s.tokens.cost_usd is not None else ""
+            tokens = f"{s.tokens.total_tokens:,} tokens{cost}"
+            header = (f"[bold]{s.thread_id}[/] round {s.rounds} | {s.attempts} attempts | best {best} | {left} | "
+                      f"{tokens} | {self.note}")
         table = Table("attempt", "step", "verdict", "speedup", "", box=None, padding=(0, 1))
         for row in list(self.rows.values())[-12:]:
             table.add_row(row[0], row[1], f"[{STYLE.get(row[2], '')}]{row[2]}[/]" if row[2] else "", row[3], row[4])
@@ -113,6 +98,8 @@ class LiveView:
 
 def ask_review(payload: dict, view: LiveView | None = None) -> Review:
     """Answer an interrupt at the terminal: the plan (approve / edit / stop) or a round (continue / stop)."""
+    from kernelloop.graph.state import Review
+
     if view is not None:
         view.stop()
     try:

@@ -9,57 +9,36 @@ completes (whatever the kernels' verdicts), 2 for bad usage.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from kernelloop.cli._app import app
-from kernelloop.cli.solve_cmd import DISK_ERRNOS
-from kernelloop.config import ConfigError, EndpointConfig, workspace_dir
-from kernelloop.evals.records import BenchSummary, Mode
-from kernelloop.evals.suite import (
-    SolveFn,
-    WorkFactory,
-    agent_work,
-    baselines_work,
-    resolve_devices,
-    resolve_suite,
-    run_bench,
-    scoring_work,
+from kernelloop.cli._common import (
+    BUDGET_HELP,
+    DEVICE_HELP,
+    DISK_ERRNOS,
+    SETTINGS_NOTE,
+    WORKSPACE_HELP,
+    device_flag,
+    fail_usage,
+    settings,
 )
-from kernelloop.problem import Problem, ProblemError
-from kernelloop.results import Verdict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and the suites load only once the flags are good, never for --help
+    from kernelloop.config import EndpointConfig
+    from kernelloop.evals.records import BenchSummary
+    from kernelloop.evals.suite import SolveFn
+    from kernelloop.problem import Problem
+    from kernelloop.results import Verdict
     from kernelloop.tools.verify.pool import VerifierPool
 
 console = Console()
-errors = Console(stderr=True)
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-
-
-def fail_usage(message: str) -> NoReturn:
-    """Bad usage: one line on stderr, exit code 2."""
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(2)
-
-
-def parse_budget_s(text: str) -> float:
-    """'15m' -> 900.0, '1h30m' -> 5400.0, '90s' or '90' -> 90.0."""
-    match = _DURATION.match(text.strip())
-    if not text.strip() or match is None or not any(match.groups()):
-        raise ValueError(f"bad budget {text!r}: use a duration like 90s, 15m or 1h30m")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ValueError(f"bad budget {text!r}: it must be more than zero")
-    return total
 
 
 def _open_pool(device: str, ray: str | None, workspace: Path | None) -> VerifierPool:
@@ -114,7 +93,7 @@ def _agent_solve_fn(endpoint: EndpointConfig, workspace: Path | None, verifier: 
     """The agent loop as a SolveFn: kernelloop.solve on one problem, verifying through the bench's pool."""
 
     def solve_problem(problem: Problem, budget_s: float, device: str) -> _SolveOutcome:
-        from kernelloop.solve import solve  # the agent loop loads only for agent mode
+        from kernelloop.runs import solve  # the agent loop loads only for agent mode
 
         started = time.perf_counter()
         verified_at: dict[str, float] = {}
@@ -132,6 +111,8 @@ def _agent_solve_fn(endpoint: EndpointConfig, workspace: Path | None, verifier: 
 
 
 def _print_summary(summary: BenchSummary) -> None:
+    from kernelloop.evals.records import Mode
+
     if summary.mode is Mode.baselines:
         console.print(f"[bold]{summary.suite}[/bold]: baselines timed for {summary.problems} problem(s)")
         return
@@ -140,11 +121,13 @@ def _print_summary(summary: BenchSummary) -> None:
     table = Table("against", *(f"fast_{p}" for p in summary.fast_p), "geomean", "timed", box=None, padding=(0, 2))
     for name, metrics in summary.by_baseline.items():
         geomean = "-" if metrics.geomean_speedup is None else f"{metrics.geomean_speedup:.2f}x"
-        table.add_row(name, *(f"{100 * v:.1f}%" for v in metrics.fast_p.values()), geomean, str(metrics.timed))
+        # fast_p over 0 means nothing without a timing: "not timed", never a 0.0% that reads as slow
+        cells = [f"{100 * v:.1f}%" if p == "0" or metrics.timed else "not timed" for p, v in metrics.fast_p.items()]
+        table.add_row(name, *cells, geomean, str(metrics.timed))
     console.print(table)
 
 
-@app.command()
+@app.command(epilog=SETTINGS_NOTE)
 def bench(
     suite: str = typer.Argument(..., help="attention, kernelbench (with --root and --level), or a directory of problems"),
     root: Path | None = typer.Option(None, help="KernelBench checkout (for the kernelbench suite)"),
@@ -154,11 +137,11 @@ def bench(
                                            help="score the kernels in DIR (NAME.py or level_L_problem_N_sample_S_kernel.py)"),
     baselines_only: bool = typer.Option(False, "--baselines-only", help="time eager, compile and problem baselines only"),
     out: Path | None = typer.Option(None, "--out", help="output dir (default WORKSPACE/bench/SUITE-MODE); reruns resume"),
-    budget: str = typer.Option("15m", help="agent loop time per problem: 90s, 15m, 1h"),
-    device: str = typer.Option("auto", help="auto (every GPU, else cpu), cpu, cuda, or cuda:N"),
+    budget: str | None = typer.Option(None, help="agent loop time per problem; " + BUDGET_HELP, show_default=False),
+    device: str | None = typer.Option(None, help=DEVICE_HELP, show_default=False),
     ray: str | None = typer.Option(None, "--ray", help="verify on a Ray cluster: auto, local or an ADDRESS "
                                                       "(one actor per GPU; pip install 'kernelloop[ray]')"),
-    workspace: Path | None = typer.Option(None, help="workspace dir (default $KERNELLOOP_HOME or ./.kernelloop)"),
+    workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (agent loop)"),
     model: str | None = typer.Option(None, "--model", help="model name (agent loop)"),
     api_key: str | None = typer.Option(None, "--api-key", help="API key (agent loop)"),
@@ -168,24 +151,32 @@ def bench(
     """Run a suite with a budget per problem, in parallel over GPUs; resumable."""
     if candidates is not None and baselines_only:
         fail_usage("--candidates and --baselines-only exclude each other")
+    device_flag(device)
+    chosen_settings = settings(budget=budget, device=device, home=workspace)
+    from kernelloop.config import EndpointConfig
+    from kernelloop.evals.records import Mode
+    from kernelloop.evals.suite import (
+        WorkFactory,
+        agent_work,
+        baselines_work,
+        resolve_devices,
+        resolve_suite,
+        run_bench,
+        scoring_work,
+    )
+    from kernelloop.problem import ProblemError
+
     mode = Mode.candidates if candidates is not None else Mode.baselines if baselines_only else Mode.agent
+    budget_s, device = chosen_settings.budget, chosen_settings.device
+    space = chosen_settings.home.expanduser().resolve()
     try:
-        budget_s = parse_budget_s(budget)
         chosen = resolve_suite(suite, root=root, level=level, subset=problems)
         if ray is None:
             resolve_devices(device)  # a bad --device is a usage error before any worker starts
-    except (ProblemError, ValueError) as exc:
-        fail_usage(str(exc))
-    endpoint = None
-    if mode is Mode.agent:
-        try:
-            endpoint = EndpointConfig.resolve(base_url, model, api_key)
-        except ConfigError as exc:
-            fail_usage(str(exc))
-    try:
-        pool = _open_pool(device, ray, workspace)
-    except ValueError as exc:  # PoolError: no GPU, no Ray, no cluster
-        fail_usage(str(exc))
+        endpoint = EndpointConfig.resolve(base_url, model, api_key) if mode is Mode.agent else None
+        pool = _open_pool(device, ray, space)  # PoolError: no GPU, no Ray, no cluster (in seconds)
+    except ValueError as exc:  # ProblemError, ConfigError, PoolError: one line
+        fail_usage(str(exc).splitlines()[0])
     try:
         if mode is Mode.baselines and pool.device == "cpu":
             fail_usage("--baselines-only times kernels and needs a CUDA GPU; torch sees none here")
@@ -198,8 +189,9 @@ def bench(
         elif mode is Mode.baselines:
             work = baselines_work(lambda problem, slot: pool.time_baselines(problem)["timings"])
         else:
-            work = agent_work(_agent_solve_fn(endpoint, workspace, pool), budget_s)
-        out_dir = out or workspace_dir(workspace) / "bench" / f"{chosen.name}-{mode.value}"
+            assert endpoint is not None  # resolved above for agent mode, or it was a usage error
+            work = agent_work(_agent_solve_fn(endpoint, space, pool), budget_s)
+        out_dir = out or space / "bench" / f"{chosen.name}-{mode.value}"
         try:
             result = run_bench(chosen, mode, work, pool.slots, out_dir, candidates_dir=candidates,
                                budget_s=budget_s if mode is Mode.agent else None, show_progress=progress)
@@ -215,6 +207,7 @@ def bench(
     _print_summary(result.summary)
     if result.skipped:
         console.print(f"resumed: {result.skipped} problem(s) already in {result.results_path}")
-    console.print(f"report: {result.files.report_md}", highlight=False)
+    console.print(f"report: {result.files.report_md} (and {result.files.report_html.name} beside it)",
+                  highlight=False)
     if json_out:
         print(result.summary.model_dump_json())

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelloop.cli._app import app
+from kernelloop.cli._common import WORKSPACE_HELP
 
 console = Console(soft_wrap=True)
 MARK = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[bold red]FAIL[/bold red]",
@@ -26,7 +27,7 @@ def doctor(
     base_url: str | None = typer.Option(None, help="endpoint to check (or KERNELLOOP_BASE_URL)"),
     model: str | None = typer.Option(None, help="model name to look for (or KERNELLOOP_MODEL)"),
     api_key: str | None = typer.Option(None, help="API key to try (or KERNELLOOP_API_KEY)"),
-    workspace: Path | None = typer.Option(None, help="workspace dir (default $KERNELLOOP_HOME or ./.kernelloop)"),
+    workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print the checks as one JSON list on the last line"),
 ) -> None:
     """Check torch, triton, CUDA, NVML, ncu, the sandbox (bubblewrap or plain), the endpoint and the workspace."""
@@ -38,6 +39,24 @@ def doctor(
     else:
         table = Table("", "check", "what works", "what to do", box=None, padding=(0, 1))
         for check in checks:
-            table.add_row(MARK[check.status], check.name, check.detail, check.fix)
+            if check.name != "settings" or check.status != "ok":  # its values get their own table below
+                table.add_row(MARK[check.status], check.name, check.detail, check.fix)
         console.print(table)
+        _print_settings(base_url=base_url, model=model, api_key=api_key, home=workspace)
     raise typer.Exit(1 if any(check.status == "fail" for check in checks) else 0)
+
+
+def _print_settings(**flags) -> None:
+    """Each setting, its value and where it came from: flag > env > .env > kernelloop.toml > default."""
+    from kernelloop.doctor import shown_value
+    from kernelloop.settings import ConfigError, load_settings, origins
+
+    try:
+        values = load_settings(**flags).model_dump()
+    except ConfigError:  # already a failed check above
+        return
+    where = origins(**flags)
+    table = Table("setting", "value", "from", box=None, padding=(0, 1), title="settings", title_justify="left")
+    for name, value in values.items():
+        table.add_row(name, shown_value(name, value), where[name])
+    console.print(table)

@@ -10,11 +10,9 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from kernelloop.cli._app import app
-
-errors = Console(stderr=True)
+from kernelloop.cli._common import DEVICE_HELP, SETTINGS_NOTE, WORKSPACE_HELP, device_flag, fail_usage, settings
 
 
 class Transport(str, Enum):
@@ -22,22 +20,22 @@ class Transport(str, Enum):
     http = "http"
 
 
-@app.command()
+@app.command(epilog=SETTINGS_NOTE)
 def mcp(
     transport: Transport = typer.Option(Transport.stdio, help="stdio, or http (streamable HTTP on --host:--port)"),
     host: str = typer.Option("127.0.0.1", help="address to listen on (http)"),
     port: int = typer.Option(8765, min=1, max=65535, help="port to listen on (http); the endpoint is /mcp"),
-    device: str = typer.Option("auto", help="default verifier device: auto, cpu, cuda or cuda:N"),
+    device: str | None = typer.Option(None, help="default verifier device: " + DEVICE_HELP, show_default=False),
     ray: str | None = typer.Option(None, "--ray", help="verify on a Ray cluster: auto, local or an ADDRESS"),
-    workspace: Path | None = typer.Option(None, help="workspace dir (default $KERNELLOOP_HOME or ./.kernelloop)"),
+    workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
 ) -> None:
     """Serve kernelloop's tools over MCP; optimization runs are background jobs that never block a call."""
+    device_flag(device)
+    chosen = settings(device=device, home=workspace)
     from kernelloop.mcp_server import serve  # lazy: the MCP SDK loads only for this command
-    from kernelloop.tools.verify.pool import PoolError
 
     try:
-        serve(transport.value, host=host, port=port, device=device, ray=ray,
-              workspace=str(workspace) if workspace else None)
-    except PoolError as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        serve(transport.value, host=host, port=port, device=chosen.device, ray=ray,
+              workspace=str(chosen.home.expanduser().resolve()))
+    except ValueError as exc:  # PoolError: no such device, no Ray, no cluster
+        fail_usage(str(exc).splitlines()[0])

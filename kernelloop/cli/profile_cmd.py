@@ -10,26 +10,30 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelloop.cli._app import app
-from kernelloop.cli.verify_cmd import fail_usage, print_verdict
-from kernelloop.problem import Candidate, Problem, ProblemError
+from kernelloop.cli._common import WORKSPACE_HELP, device_flag, fail_usage, load_candidate, load_problem, settings
+from kernelloop.cli.verify_cmd import print_verdict, showing_phases
+from kernelloop.results import Profile
 
 console = Console()
 
 
 def print_profile(profile: dict) -> None:
-    table = Table("kernel", "calls", "total ms", "%", box=None, padding=(0, 2))
-    for row in profile.get("kernels", []):
-        table.add_row(row["name"][:70], str(row["calls"]), f"{row['total_ms']:.4f}", f"{row['percent']:.1f}")
+    """A verdict's profile (results.Profile, the record the critic reads)."""
+    record = Profile.of(profile)
+    if record is None:
+        console.print("[yellow]profile in an older format: not shown[/yellow]")
+        return
+    table = Table("kernel", "kind", "calls", "mean ms", "%", box=None, padding=(0, 2))
+    for row in record.kernels:
+        table.add_row(row.name[:70], row.kind, str(row.calls), f"{row.mean_ms:.4f}", f"{100 * row.share:.1f}")
     console.print(table)
-    split = profile.get("kernel_split") or {}
-    if split:
-        console.print(f"device time: own {100 * split.get('own_share', 0):.1f}%  library "
-                      f"{100 * split.get('library_share', 0):.1f}%  other {100 * split.get('other_share', 0):.1f}%")
-    roof = profile.get("roofline") or {}
-    if roof.get("floor_ms"):
-        bound = "compute" if roof["compute_floor_ms"] >= roof["memory_floor_ms"] else "memory"
-        console.print(f"roofline ({roof['peaks']}, {roof['peak_key']}): floor {roof['floor_ms']:.4f} ms, {bound}-bound; "
-                      f"at {roof.get('percent_of_limit', 0):.1f}% of the limit")
+    console.print(f"device time: own {100 * record.own_share:.1f}%  library {100 * record.library_share:.1f}%  "
+                  f"other {100 * record.other_share:.1f}%")
+    roof = record.roofline
+    if roof is not None:
+        console.print(f"roofline ({roof.peaks}, {roof.peak_key}): floor {roof.floor_ms:.4f} ms, {roof.bound}-bound; "
+                      f"at {roof.percent_of_limit:.1f}% of the limit; {roof.achieved_gb_per_s:.0f} GB/s "
+                      f"({roof.bandwidth_pct:.0f}% of the bandwidth)")
 
 
 def print_ncu(report) -> None:
@@ -48,24 +52,32 @@ def print_ncu(report) -> None:
 @app.command()
 def profile(
     candidate: Path = typer.Argument(..., help="candidate file with class ModelNew"),
-    problem: Path = typer.Option(..., "--problem", "-p"),
+    problem: Path = typer.Option(..., "--problem", "-p", help="problem file with Model, get_inputs, get_init_inputs"),
     ncu: bool = typer.Option(False, "--ncu", help="also run Nsight Compute on the candidate's own kernels"),
-    json_out: bool = typer.Option(False, "--json"),
-    workspace: Path | None = typer.Option(None),
+    device: str = typer.Option("cuda", help="cuda or cuda:N (profiling needs a GPU)"),
+    json_out: bool = typer.Option(False, "--json", help="print the verdict and the ncu report as one JSON object"),
+    workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
 ) -> None:
     """Verify on the GPU, then show the kernel table, device-time split, roofline, and (--ncu) hardware metrics."""
+    device_flag(device)
+    if not device.startswith("cuda"):
+        fail_usage(f"--device must be cuda or cuda:N for profiling, not {device!r}; "
+                   "`kernelloop verify --device cpu` checks correctness on the CPU")
+    space = settings(home=workspace).home
+    loaded_candidate = load_candidate(candidate, "CANDIDATE")  # first: reading it needs no torch
+    loaded_problem = load_problem(problem, "--problem")
     import torch
 
-    from kernelloop.tools.verify.verifier import Verifier
+    from kernelloop.problem import ProblemError
+    from kernelloop.tools.verify.pool import make_pool
 
     if not torch.cuda.is_available():
         fail_usage("profiling needs a CUDA GPU; on this machine use `kernelloop verify --device cpu` for correctness")
     try:
-        loaded_problem, loaded_candidate = Problem.from_file(problem), Candidate.from_file(candidate)
-        with Verifier(device="cuda", workspace=workspace) as verifier:
-            verdict = verifier.verify(loaded_candidate, loaded_problem)
+        with showing_phases(not json_out), make_pool(device, workspace=space) as pool:
+            verdict = pool.verify(loaded_candidate, loaded_problem)
     except (ProblemError, ValueError) as exc:
-        fail_usage(str(exc))
+        fail_usage(str(exc).splitlines()[0])
     report = None
     if ncu and verdict.ok:
         from kernelloop.tools.profile.ncu_run import run_ncu

@@ -1,10 +1,13 @@
 """`kernelloop runs list|show|resume|replay|fork|export`: the threads in the checkpoint DB.
 
     runs list                         threads with best speedup and status
-    runs show THREAD                  a thread's checkpoints (steps) and attempts
+    runs show THREAD [--turn ID]      a thread's steps as branches, attempts, tokens; --turn: one model
+                                      turn, the messages sent and the answer
+    runs diff A B                     two attempts (T:r1c0 T:r2c0) or two threads' best (T1 T2) side by side
     runs resume THREAD                continue from the last checkpoint (after Ctrl-C or a kill)
-    runs replay THREAD [--checkpoint ID] [--recorded]   re-run from a checkpoint; --recorded
-                                      re-serves the recorded model turns (no endpoint needed)
+    runs replay THREAD [--checkpoint ID] [--recorded]   re-run from a checkpoint: recorded turns are
+                                      re-served where the prompt is unchanged, the rest ask the model;
+                                      --recorded: recorded turns only (no endpoint; a changed prompt fails)
     runs fork THREAD --checkpoint ID [--hint ...] [--model ...] [--target ...]   branch with changes
     runs export THREAD OUT.jsonl      the thread's model turns as a recording file
 """
@@ -12,28 +15,37 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.rule import Rule
+from rich.syntax import Syntax
 from rich.table import Column, Table
+from rich.tree import Tree
 
+from kernelloop import defaults
 from kernelloop.cli._app import app
-from kernelloop.cli._live import STYLE, LiveView, ask_review, errors, parse_duration_s, parse_target
-from kernelloop.cli.solve_cmd import fail_usage, interrupted, print_result
-from kernelloop.config import ConfigError, workspace_dir
-from kernelloop.graph.report import summarize
-from kernelloop.graph.rundir import RunDir, recorded_turns, write_recording
-from kernelloop.graph.state import attempts_of, settings_of
+from kernelloop.cli._common import WORKSPACE_HELP, duration_flag, errors, fail_usage, target_flag
+from kernelloop.cli._common import workspace_path as workspace_dir
+from kernelloop.cli._live import STYLE, LiveView, ask_review
+from kernelloop.cli.solve_cmd import interrupted, print_result
+
+if TYPE_CHECKING:  # the graph loads only when a command runs, never for --help
+    from kernelloop.graph.rundir import RunDir
 
 runs_app = typer.Typer(help="List, inspect, resume, replay and fork runs (LangGraph threads).", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)  # pipes get whole ids
 
-WORKSPACE = typer.Option(None, help="workspace dir (default $KERNELLOOP_HOME or ./.kernelloop)")
+WORKSPACE = typer.Option(None, help=WORKSPACE_HELP, show_default=False)
 CHECKPOINTS = typer.Option(None, help="checkpoint DB: sqlite:///file or postgresql://... URL")
+STRICT_HELP = ("only recorded model turns: no endpoint; a changed or missing prompt is an error (default: recorded "
+               "turns where the prompt is unchanged, the model for the rest)")
 JSON_OUT = typer.Option(False, "--json", help="print JSON (one object or array, on the last stdout line)")
 
 
@@ -48,6 +60,8 @@ def _open(checkpoints: str | None, space: Path):
 @contextmanager
 def _reading(checkpoints: str | None, space: Path):
     """(saver, build_graph) for the read-only commands; an unreadable database is one line, exit 2."""
+    from kernelloop.config import ConfigError
+
     opened, build_graph = _open(checkpoints, space)
     try:
         with opened as saver:
@@ -65,6 +79,9 @@ def _status(snapshot, run: RunDir) -> str:
 
 
 def _thread(graph, space: Path, thread_id: str):
+    from kernelloop.graph.report import summarize
+    from kernelloop.graph.rundir import RunDir
+
     snapshot = graph.get_state({"configurable": {"thread_id": thread_id}})
     if not snapshot.values:
         fail_usage(f"no thread {thread_id} in {space}: `kernelloop runs list` shows the threads")
@@ -96,19 +113,23 @@ def list_runs(workspace: Path | None = WORKSPACE, checkpoints: str | None = CHEC
 
 
 @runs_app.command("show")
-def show(thread: str, workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS,
-         json_out: bool = JSON_OUT) -> None:
-    """A thread's steps (checkpoints, oldest first; fork or replay from any with a next step) and attempts."""
+def show(thread: str, turn: str | None = typer.Option(None, "--turn", help="one model turn: an attempt id (r2c1), "
+                                                                           "'plan' or a critic round (critic/r2)"),
+         workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
+    """A thread's steps as branches (a fork starts one, with its checkpoint and hint), its attempts and
+    tokens; with --turn, exactly what the model was sent and what it answered."""
+    from kernelloop.graph.history import branches, step_row
+    from kernelloop.graph.state import attempts_of, settings_of
+
     space = workspace_dir(workspace)
     with _reading(checkpoints, space) as (saver, build_graph):
         graph = build_graph(saver)
         snapshot, run, summary = _thread(graph, space, thread)
-        steps = [{"checkpoint": s.config["configurable"]["checkpoint_id"],
-                  "parent": (s.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
-                  "step": s.metadata.get("step"), "source": s.metadata.get("source"), "next": list(s.next),
-                  "phase": s.values.get("phase"), "round": s.values.get("round", 0),
-                  "attempts": len(s.values.get("attempts") or []), "best": s.values.get("best_id")}
-                 for s in reversed(list(graph.get_state_history({"configurable": {"thread_id": thread}})))]
+        history = list(graph.get_state_history({"configurable": {"thread_id": thread}}))
+    if turn is not None:
+        _show_turn(run, [s.values for s in history], turn, json_out)
+        return
+    steps = [step_row(s) for s in reversed(history)]
     attempts = attempts_of(snapshot.values)
     baseline = settings_of(snapshot.values).baseline
     if json_out:
@@ -116,26 +137,111 @@ def show(thread: str, workspace: Path | None = WORKSPACE, checkpoints: str | Non
         print(json.dumps({"summary": summary.model_dump(mode="json"), "steps": steps, "attempts": rows}))
         return
     print_result(summary, False)
-    table = Table(Column("checkpoint", no_wrap=True, min_width=36), "step", "phase", "round", "attempts", "best",
-                  "next", box=None)
-    for s in steps:
-        table.add_row(s["checkpoint"], str(s["step"]), s["phase"] or "", str(s["round"]), str(s["attempts"]),
-                      s["best"] or "", ", ".join(s["next"]))
-    console.print(table)
-    table = Table("attempt", "verdict", "speedup", "model s", "verify s", "reason", box=None)
+    console.print(f"tokens: {summary.tokens.line()}", highlight=False)
+    console.print(_branch_tree(branches(steps), Tree(f"[bold]{thread}[/] steps (fork or replay from any with a next "
+                                                     "step)")))
+    table = Table("attempt", "verdict", "speedup", "model s", "verify s", "tokens in/out", "reason", box=None)
     for a in attempts:
         speedup = a.speedup_vs(baseline)
         table.add_row(a.id, f"[{STYLE.get(a.status, '')}]{a.status}[/]", f"{speedup:.3g}x" if speedup else "-",
                       f"{a.model_s:.1f}", f"{a.verify_s:.1f}" if a.verify_s is not None else "-",
+                      f"{a.prompt_tokens:,}/{a.completion_tokens:,}",
                       (a.verdict.reason if a.verdict else a.model_error or "")[:80])
     console.print(table)
 
 
-def _run(thread: str, space: Path, json_out: bool, workspace: Path | None, call) -> None:
-    """Drive a resume/replay/fork with the live view; same endings and exit codes as `solve`."""
-    from kernelloop.solve import SolveError
+def _branch_tree(branch, tree: Tree) -> Tree:
+    """Each branch's steps in order; a fork's branch hangs under the step it came from."""
+    forks = {b.start: [] for b in branch.branches}
+    for b in branch.branches:
+        forks[b.start].append(b)
+    for s in branch.steps:
+        line = (f"{s['checkpoint']}  step {s['step']}  {s['phase'] or '-'}  round {s['round']}  "
+                f"{s['attempts']} attempts  best {s['best'] or '-'}  next {', '.join(s['next']) or '-'}")
+        node = tree.add(line, highlight=False)
+        for b in forks.get(s["checkpoint"], []):
+            what = [f"hint {b.hint!r}"] if b.hint else []
+            what += [f"{key}={value}" for key, value in b.changes.items()]
+            _branch_tree(b, node.add(f"[bold]branch[/] from {s['checkpoint']}" +
+                                     (f": {', '.join(what)}" if what else " (a replay)")))
+    return tree
 
-    flag = f" --workspace {workspace}" if workspace else ""
+
+def _show_turn(run, states: list[dict], wanted: str, json_out: bool) -> None:
+    """One recorded turn: the messages sent, then the reasoning and the answer. Looked up in every
+    state of the thread (newest first), so turns of earlier branches are found too."""
+    from kernelloop.graph.rundir import turn_refs
+
+    key = {"plan": "planner/plan"}.get(wanted, wanted if "/" in wanted else f"coder/{wanted}")
+    ref = next((turn_refs(values).get(key) for values in states if key in turn_refs(values)), None)
+    if ref is None:
+        fail_usage(f"no recorded model turn {key} in thread {run.thread_id}: give an attempt id (r1c0), 'plan' "
+                   "or critic/rN")
+    recorded = run.load_turn(ref["turn_file"], ref.get("turn_sha256"))
+    if json_out:
+        print(recorded.model_dump_json())
+        return
+    t = recorded.turn
+    console.print(f"[bold]{recorded.key}[/]  {run.path(ref['turn_file'])}  model {t.model}  "
+                  f"{t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion tokens "
+                  f"({t.reasoning_tokens:,} reasoning)  {t.latency_s:.1f} s  {t.attempts} HTTP attempts  "
+                  f"finish {t.finish_reason}", highlight=False)
+    if not t.messages:
+        console.print("(this turn was recorded before messages were kept: only its prompt hash is known)")
+    for message in t.messages:
+        console.print(Rule(f"sent: {message.role}"))
+        console.print(message.content, markup=False, highlight=False)
+    console.print(Rule("reasoning"))
+    console.print(t.reasoning or "(none)", markup=False, highlight=False)
+    console.print(Rule("answer"))
+    console.print(t.content, markup=False, highlight=False)
+
+
+@runs_app.command()
+def diff(left: str = typer.Argument(..., help="THREAD (its best attempt) or THREAD:ATTEMPT"),
+         right: str = typer.Argument(..., help="THREAD, THREAD:ATTEMPT, or just ATTEMPT (of LEFT's thread)"),
+         workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
+    """Two attempts side by side (verdict, speed, tokens) and the diff of their code: two attempts of a
+    thread (t:r1c0 t:r2c0, or t:r1c0 r2c0) or the best attempts of two threads (t1 t2)."""
+    from kernelloop.graph.history import code_diff, side
+    from kernelloop.graph.state import attempts_of, best_of, settings_of
+
+    space = workspace_dir(workspace)
+    left_thread = left.split(":", 1)[0]
+    if ":" not in right and ":" in left and right.startswith("r") and "c" in right:
+        right = f"{left_thread}:{right}"  # an attempt of the same thread
+    picked = []
+    with _reading(checkpoints, space) as (saver, build_graph):
+        graph = build_graph(saver)
+        for name in (left, right):
+            thread, _, attempt_id = name.partition(":")
+            values = _thread(graph, space, thread)[0].values
+            attempt = next((a for a in attempts_of(values) if a.id == attempt_id), None) if attempt_id \
+                else best_of(values)
+            if attempt is None:
+                fail_usage(f"no attempt {attempt_id or '(best)'} in thread {thread}: `kernelloop runs show {thread}` "
+                           "lists them")
+            picked.append((f"{thread}:{attempt.id}", attempt, settings_of(values).baseline))
+    (lname, la, lbase), (rname, ra, rbase) = picked
+    patch = code_diff(la, ra, lname, rname)
+    sides = {"left": side(la, lbase) | {"name": lname}, "right": side(ra, rbase) | {"name": rname}}
+    if json_out:
+        print(json.dumps(sides | {"code_diff": patch}))
+        return
+    table = Table("", lname, rname, box=None)
+    for key in ("status", "speedup", "candidate_ms", "reason", "model", "prompt_tokens", "completion_tokens", "lines"):
+        values = [sides[s][key] for s in ("left", "right")]
+        shown = [f"{v:.3g}" if isinstance(v, float) else ("-" if v is None else str(v)[:70]) for v in values]
+        table.add_row(key, *shown)
+    console.print(table)
+    console.print(Syntax(patch, "diff") if patch else "(the code is the same)")
+
+
+def _run(thread: str, space: Path, json_out: bool, workspace: Path | None, call,
+         checkpoints: str | None = None) -> None:
+    """Drive a resume/replay/fork with the live view; same endings and exit codes as `solve`."""
+    flag = "".join(f" {name} {shlex.quote(str(value))}" for name, value in
+                   (("--workspace", workspace), ("--checkpoints", checkpoints)) if value)
     view = LiveView()
     try:
         with view:
@@ -143,7 +249,7 @@ def _run(thread: str, space: Path, json_out: bool, workspace: Path | None, call)
                           on_review=lambda payload: ask_review(payload, view))
     except KeyboardInterrupt:
         interrupted(thread, space, flag, json_out)
-    except (ConfigError, FileNotFoundError, SolveError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # bad input (ConfigError, SolveError, PoolError): one line
         fail_usage(str(exc).splitlines()[0])
     print_result(result, json_out, flag)
     raise typer.Exit(0 if result.status == "correct" else 1)
@@ -151,31 +257,31 @@ def _run(thread: str, space: Path, json_out: bool, workspace: Path | None, call)
 
 @runs_app.command()
 def resume(thread: str, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-           recorded: bool = typer.Option(False, help="re-serve the thread's recorded model turns"),
+           recorded: bool = typer.Option(False, help=STRICT_HELP),
            workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Continue a thread from its last checkpoint: nothing done is redone, no attempt is verified twice."""
-    from kernelloop.solve import resume as resume_thread
+    from kernelloop.runs import resume as resume_thread
 
     space = workspace_dir(workspace)
     _run(thread, space, json_out, workspace, lambda **ui: resume_thread(
         thread, recorded=recorded, base_url=base_url, model=model, api_key=api_key, workspace=space,
-        checkpoint_url=checkpoints, **ui))
+        checkpoint_url=checkpoints, **ui), checkpoints)
 
 
 @runs_app.command()
 def replay(thread: str, checkpoint: str | None = typer.Option(None, help="checkpoint id (`runs show`); default: last"),
-           recorded: bool = typer.Option(False, help="re-serve the recorded model turns: no endpoint, same replies"),
+           recorded: bool = typer.Option(False, help=STRICT_HELP),
            recording: Path | None = typer.Option(None, help="re-serve turns from this recording file instead"),
            reverify: bool = typer.Option(False, help="verify again even code whose verdict is journaled"),
            base_url: str | None = None, model: str | None = None, api_key: str | None = None,
            workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Re-execute a thread from a checkpoint (the steps after it run again; the ones before are kept)."""
-    from kernelloop.solve import replay as replay_thread
+    from kernelloop.runs import replay as replay_thread
 
     space = workspace_dir(workspace)
     _run(thread, space, json_out, workspace, lambda **ui: replay_thread(
         thread, checkpoint, recorded=recording or recorded, reverify=reverify, base_url=base_url, model=model,
-        api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui))
+        api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui), checkpoints)
 
 
 @runs_app.command()
@@ -183,33 +289,32 @@ def fork(thread: str, checkpoint: str = typer.Option(..., help="checkpoint id to
          hint: str | None = typer.Option(None, help="a hint for the coders from the branch on"),
          target: str | None = typer.Option(None, help="new target speedup, e.g. 1.5x"),
          budget: str | None = typer.Option(None, help="new wall-clock budget, e.g. 10m"),
-         max_rounds: int | None = typer.Option(None, min=1), candidates: int | None = typer.Option(None, min=1),
+         max_rounds: int | None = typer.Option(None, min=1, max=defaults.MAX_ROUNDS_LIMIT),
+         candidates: int | None = typer.Option(None, min=1, max=defaults.MAX_CANDIDATES),
          baseline: str | None = None,
          model: str | None = typer.Option(None, help="another model for the branch"),
-         recorded: bool = typer.Option(False, help="re-serve recorded turns where the keys match"),
+         recorded: bool = typer.Option(False, help=STRICT_HELP),
          base_url: str | None = None, api_key: str | None = None,
          workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Branch a thread at a checkpoint with changed state (hint, model, target, budget) and run the branch."""
-    from kernelloop.solve import fork as fork_thread
+    from kernelloop.runs import fork as fork_thread
 
-    try:
-        changes = {key: value for key, value in {
-            "target_speedup": parse_target(target) if target else None, "model": model, "baseline": baseline,
-            "budget_s": parse_duration_s(budget) if budget else None, "max_rounds": max_rounds,
-            "candidates": candidates}.items() if value is not None}
-    except typer.BadParameter as exc:
-        fail_usage(str(exc))
-    if target and parse_target(target) is None:
-        changes["target_speedup"] = None
+    changes: dict[str, object] = {key: value for key, value in {
+        "model": model, "baseline": baseline, "budget_s": duration_flag(budget), "max_rounds": max_rounds,
+        "candidates": candidates}.items() if value is not None}
+    if target is not None:
+        changes["target_speedup"] = target_flag(target)  # 'none' -> None: stop at the first correct kernel
     space = workspace_dir(workspace)
     _run(thread, space, json_out, workspace, lambda **ui: fork_thread(
         thread, checkpoint, hint=hint, changes=changes, recorded=recorded, base_url=base_url, model=model,
-        api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui))
+        api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui), checkpoints)
 
 
 @runs_app.command()
 def export(thread: str, out: Path, workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS) -> None:
     """Write the thread's model turns (plan, coders, critic) as a recording: `solve --recorded OUT` re-serves it."""
+    from kernelloop.graph.rundir import recorded_turns, write_recording
+
     space = workspace_dir(workspace)
     with _reading(checkpoints, space) as (saver, build_graph):
         snapshot, run, _ = _thread(build_graph(saver), space, thread)

@@ -7,36 +7,40 @@ is one object: thread_id, status, best_speedup, best_kernel, attempts, stop_reas
 
 from __future__ import annotations
 
-import errno
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
 
+from kernelloop import defaults
 from kernelloop.cli._app import app
-from kernelloop.cli._live import LiveView, ask_review, errors, parse_duration_s, parse_target
-from kernelloop.config import ConfigError, workspace_dir
-from kernelloop.graph.report import RunSummary
-from kernelloop.problem import Problem, ProblemError
+from kernelloop.cli._common import (
+    BUDGET_HELP,
+    CANDIDATES_HELP,
+    DEVICE_HELP,
+    DISK_ERRNOS,
+    ROUNDS_HELP,
+    SETTINGS_NOTE,
+    TARGET_HELP,
+    WORKSPACE_HELP,
+    device_flag,
+    disk_error,
+    errors,
+    fail_usage,
+    load_problem,
+    settings,
+)
+from kernelloop.cli._live import LiveView, ask_review
+
+if TYPE_CHECKING:
+    from kernelloop.graph.report import RunSummary
 
 console = Console(soft_wrap=True)
-DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # writes the disk refused
-
-
-def fail_usage(message: str) -> None:
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(2)
-
-
-def disk_error(exc: OSError, thread_id: str, workspace_flag: str = "") -> str:
-    """One line for a write the disk refused (full, over a size limit, read-only)."""
-    where = exc.filename or "the workspace"
-    return (f"can't write {where}: {exc.strerror or exc}; free space (or pass --workspace on another disk), then "
-            f"`kernelloop runs resume {thread_id}{workspace_flag}` continues from the last checkpoint")
 
 
 def print_result(summary: RunSummary, json_out: bool, workspace_flag: str = "") -> None:
@@ -60,6 +64,8 @@ def interrupted(thread_id: str, workspace: Path, workspace_flag: str, json_out: 
                  f"{workspace_flag}", highlight=False)
     result = workspace / "runs" / thread_id / "result.json"
     if json_out and result.is_file():
+        from kernelloop.graph.report import RunSummary
+
         record = json.loads(result.read_text())
         print(RunSummary.model_validate({k: v for k, v in record.items() if k in RunSummary.model_fields})
               .model_dump_json())
@@ -70,16 +76,19 @@ def interrupted(thread_id: str, workspace: Path, workspace_flag: str, json_out: 
     os._exit(130)
 
 
-@app.command()
+@app.command(epilog=SETTINGS_NOTE)
 def solve(
     problem: Path = typer.Argument(..., help="problem file (KernelBench format: Model, get_inputs, get_init_inputs)"),
-    budget: str = typer.Option("15m", help="wall-clock budget: 15m, 90s, 1h30m"),
-    candidates: int = typer.Option(4, min=1, help="candidates per round, written in parallel"),
-    target: str = typer.Option("1.2x", help="stop at this speedup over the baseline; 'none': first correct kernel"),
-    baseline: str = typer.Option("eager", help="what the target is measured against (eager, compile, ...)"),
-    max_rounds: int = typer.Option(8, min=1, help="rounds at most"),
-    device: str = typer.Option("auto", help="verifier device: auto, cuda or cpu (correctness only)"),
-    backend: str = typer.Option("triton", help="triton, cuda (load_inline) or auto (the planner picks)"),
+    budget: str | None = typer.Option(None, help=BUDGET_HELP, show_default=False),
+    candidates: int | None = typer.Option(None, min=1, max=defaults.MAX_CANDIDATES, help=CANDIDATES_HELP,
+                                          show_default=False),
+    target: str | None = typer.Option(None, help=TARGET_HELP, show_default=False),
+    baseline: str = typer.Option(defaults.BASELINE, help="what the target is measured against (eager, compile, ...)"),
+    max_rounds: int | None = typer.Option(None, min=1, max=defaults.MAX_ROUNDS_LIMIT, help=ROUNDS_HELP,
+                                          show_default=False),
+    device: str | None = typer.Option(None, help=DEVICE_HELP, show_default=False),
+    backend: str | None = typer.Option(None, help=f"triton, cuda (load_inline) or auto (the planner picks) "
+                                                  f"[default: {defaults.BACKEND}]", show_default=False),
     interactive: bool = typer.Option(False, help="approve/edit the plan, add hints or stop between rounds"),
     hint: list[str] = typer.Option([], help="a hint for the coders (repeatable)"),
     critic_model: bool = typer.Option(False, help="the critic also asks the model for advice (one call per round)"),
@@ -88,37 +97,39 @@ def solve(
     model: str | None = typer.Option(None, help="model name (or KERNELLOOP_MODEL)"),
     api_key: str | None = typer.Option(None, help="API key (or KERNELLOOP_API_KEY)"),
     recorded: Path | None = typer.Option(None, help="re-serve a recording (.jsonl or run dir) instead of a model"),
-    workspace: Path | None = typer.Option(None, help="workspace dir (default $KERNELLOOP_HOME or ./.kernelloop)"),
+    workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
     checkpoints: str | None = typer.Option(None, help="checkpoint DB: sqlite:///file or postgresql://... URL"),
     thread: str | None = typer.Option(None, help="thread id to use (default: problem name + time)"),
 ) -> None:
     """Turn a PyTorch reference into a faster, verified kernel: plan, code, verify, critique, repeat."""
-    from kernelloop import solve as solving  # lazy: keeps `kernelloop --help` fast
-
-    if backend not in ("triton", "cuda", "auto"):
+    if backend is not None and backend not in defaults.BACKENDS:
         fail_usage(f"--backend must be triton, cuda or auto, not {backend!r}")
-    if device not in ("auto", "cuda", "cpu"):
-        fail_usage(f"--device must be auto, cuda or cpu, not {device!r}")
-    space = workspace_dir(workspace)
-    flag = f" --workspace {workspace}" if workspace else ""
-    try:
-        loaded = Problem.from_file(problem)
-        thread_id = thread or solving.new_thread_id(loaded.name)
-        budget_s, target_speedup = parse_duration_s(budget), parse_target(target)
-    except (ProblemError, typer.BadParameter) as exc:
-        fail_usage(str(exc))
-    view = LiveView()
+    device_flag(device)
+    chosen = settings(budget=budget, candidates=candidates, target=target, max_rounds=max_rounds, device=device,
+                      backend=backend, home=workspace)
+    if recorded is not None and not recorded.exists():
+        fail_usage(f"--recorded: {recorded}: no such recording (a .jsonl file or a run dir)")
+    loaded = load_problem(problem, "PROBLEM")
+    from kernelloop import runs as solving  # lazy: the agent loop loads only once the flags are good
+
+    space = chosen.home.expanduser().resolve()
+    # the flags a printed `runs resume` / `runs show` needs to find this thread again (the endpoint is remembered)
+    flag = "".join(f" {name} {shlex.quote(str(value))}" for name, value in
+                   (("--workspace", workspace), ("--checkpoints", checkpoints)) if value)
+    thread_id = thread or solving.new_thread_id(loaded.name)
+    view = LiveView()  # drawn from the run's first report on, so an error before it stands alone
     try:
         with view:
             result = solving.solve(
-                loaded, budget_s=budget_s, candidates=candidates, target_speedup=target_speedup, baseline=baseline,
-                max_rounds=max_rounds, device=device, backend=backend, interactive=interactive, hints=hint,
-                critic_model=critic_model, base_url=base_url, model=model, api_key=api_key, recorded=recorded,
-                workspace=space, checkpoint_url=checkpoints, thread_id=thread_id, on_event=view.on_event,
-                on_progress=view.on_progress, on_review=(lambda p: ask_review(p, view)) if interactive else None)
+                loaded, budget_s=chosen.budget, candidates=chosen.candidates, target_speedup=chosen.target,
+                baseline=baseline, max_rounds=chosen.max_rounds, device=chosen.device, backend=chosen.backend,
+                interactive=interactive, hints=hint, critic_model=critic_model, base_url=base_url, model=model,
+                api_key=api_key, recorded=recorded, workspace=space, checkpoint_url=checkpoints, thread_id=thread_id,
+                on_event=view.on_event, on_progress=view.on_progress,
+                on_review=(lambda p: ask_review(p, view)) if interactive else None)
     except KeyboardInterrupt:
         interrupted(thread_id, space, flag, json_out)
-    except (ConfigError, ProblemError, FileNotFoundError, solving.SolveError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # bad input (ConfigError, SolveError, PoolError): one line
         fail_usage(str(exc).splitlines()[0])
     except OSError as exc:
         if exc.errno not in DISK_ERRNOS:

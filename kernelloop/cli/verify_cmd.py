@@ -1,40 +1,83 @@
-"""`kernelloop verify CANDIDATE --problem PROBLEM`: exit 0 correct, 1 any other verdict, 2 bad usage."""
+"""`kernelloop verify CANDIDATE --problem PROBLEM`: exit 0 correct, 1 any other verdict, 2 bad usage.
+
+While it works, stderr says which phase it is in (making the reference, compiling, checking,
+timing), so a 20 s verification is not 20 s of silence; stdout carries only the verdict.
+"""
 
 from __future__ import annotations
 
-from enum import Enum
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelloop import defaults
 from kernelloop.cli._app import app
-from kernelloop.problem import Candidate, Problem, ProblemError
-from kernelloop.results import Status, Verdict
+from kernelloop.cli._common import (
+    DEVICE_HELP,
+    SETTINGS_NOTE,
+    WORKSPACE_HELP,
+    device_flag,
+    errors,
+    fail_usage,
+    load_candidate,
+    load_problem,
+    settings,
+)
+
+if TYPE_CHECKING:
+    from kernelloop.results import Verdict
 
 console = Console(stderr=False)
-errors = Console(stderr=True)
+STATUS_STYLE = {"correct": "bold green", "incorrect": "bold red", "rejected": "bold magenta",
+                "compile_error": "bold yellow", "runtime_error": "bold yellow", "timeout": "bold yellow"}
+# What each job phase is, in a person's words (kernelloop.progress reports (job kind, phase)).
+PHASES = {("reference", "compile"): "making the reference outputs",
+          ("candidate", "compile"): "compiling the candidate and making its first call",
+          ("candidate", "trials"): "checking the candidate's outputs",
+          ("candidate", "timing"): "timing the candidate against the baselines",
+          ("candidate", "fresh"): "checking on fresh inputs",
+          ("baselines", "compile"): "timing the baselines"}
 
 
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
+@contextmanager
+def showing_phases(enabled: bool = True) -> Iterator[None]:
+    """Phase lines on stderr while the block runs: a spinner on a terminal, one line per phase elsewhere."""
+    from kernelloop import progress
 
+    if not enabled:
+        yield
+        return
+    status = errors.status("verifying") if errors.is_terminal else None
+    seen: list[str] = []
 
-STATUS_STYLE = {Status.correct: "bold green", Status.incorrect: "bold red", Status.rejected: "bold magenta",
-                Status.compile_error: "bold yellow", Status.runtime_error: "bold yellow", Status.timeout: "bold yellow"}
+    def show(kind: str, phase: str) -> None:
+        words = PHASES.get((kind, phase))
+        if words is None or (seen and seen[-1] == words):
+            return
+        seen.append(words)
+        if status is not None:
+            status.update(words)
+        else:
+            errors.print(f"verify: {words}", highlight=False, markup=False)
 
-
-def fail_usage(message: str) -> None:
-    """Bad usage: one line on stderr, exit code 2."""
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(2)
+    if status is not None:
+        status.start()
+    try:
+        with progress.listening(show):
+            yield
+    finally:
+        if status is not None:
+            status.stop()
 
 
 def print_verdict(verdict: Verdict) -> None:
-    console.print(f"[{STATUS_STYLE[verdict.status]}]{verdict.status.value}[/] on {verdict.device}: {verdict.reason}",
+    status = verdict.status.value
+    console.print(f"[{STATUS_STYLE.get(status, 'bold')}]{status}[/] on {verdict.device}: {verdict.reason}",
                   highlight=False)
     if verdict.max_abs_err is not None:
         console.print(f"  max_abs_err {verdict.max_abs_err:.3g}   rel_err {verdict.rel_err:.3g}   trials {verdict.trials}")
@@ -52,33 +95,39 @@ def print_verdict(verdict: Verdict) -> None:
         console.print(f"  own kernels: {', '.join(verdict.own_kernels)}", highlight=False)
     for warning in verdict.warnings:
         console.print(f"  [yellow]note:[/yellow] {warning}", highlight=False)
-    if verdict.status in (Status.compile_error, Status.runtime_error) and verdict.stderr_tail.strip():
+    if status in ("compile_error", "runtime_error") and verdict.stderr_tail.strip():
         tail = "\n".join(verdict.stderr_tail.strip().splitlines()[-12:])
         console.print(f"[dim]{tail}[/dim]", highlight=False, markup=False)
 
 
-@app.command()
+@app.command(epilog=SETTINGS_NOTE)
 def verify(
     candidate: Path = typer.Argument(..., help="candidate file with class ModelNew"),
     problem: Path = typer.Option(..., "--problem", "-p", help="problem file with Model, get_inputs, get_init_inputs"),
-    device: Device = typer.Option(Device.auto, help="cpu runs Triton in its interpreter: correctness only"),
+    device: str | None = typer.Option(None, help=DEVICE_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print the verdict as one JSON object"),
     strict: bool = typer.Option(False, help="reject any reference compute op still run through torch"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="measure speed (GPU only)"),
-    timeout: float = typer.Option(300.0, help="seconds allowed for each of the compile and run phases"),
-    workspace: Path | None = typer.Option(None, help="workspace dir (default $KERNELLOOP_HOME or ./.kernelloop)"),
+    timeout: float = typer.Option(defaults.VERIFY_TIMEOUT_S, min=1, help="seconds allowed for each of the compile "
+                                  "and run phases"),
+    workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="show the phase on stderr while it works"),
 ) -> None:
     """Judge one candidate against its problem: correctness, rules, and speed on a GPU."""
-    from kernelloop.tools.verify.verifier import Verifier
+    device_flag(device)
+    chosen = settings(device=device, home=workspace)
+    loaded_candidate = load_candidate(candidate, "CANDIDATE")  # first: reading it needs no torch
+    loaded_problem = load_problem(problem, "--problem")
+    from kernelloop.problem import ProblemError
+    from kernelloop.tools.verify.pool import make_pool
 
     try:
-        loaded_problem = Problem.from_file(problem)
-        loaded_candidate = Candidate.from_file(candidate)
-        with Verifier(device=device.value, strict=strict, time_it=time_it, workspace=workspace,
-                      compile_timeout_s=timeout, run_timeout_s=timeout) as verifier:
-            verdict = verifier.verify(loaded_candidate, loaded_problem)
-    except (ProblemError, ValueError) as exc:
-        fail_usage(str(exc))
+        with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
+                                                 time_it=time_it, compile_timeout_s=timeout,
+                                                 run_timeout_s=timeout) as pool:
+            verdict = pool.verify(loaded_candidate, loaded_problem)
+    except (ProblemError, ValueError) as exc:  # the problem failed itself, or no such device here
+        fail_usage(str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__)
     if json_out:
         print(verdict.model_dump_json())
     else:

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from kernelloop.problem import Problem, ProblemError
-from kernelloop.results import Status, TimingStats, Verdict
+from kernelloop.results import Code, Status, TimingStats, Verdict
 
 EAGER = "eager"
 COMPILE = "compile"
@@ -71,6 +71,7 @@ class BenchRecord(BaseModel):
     attempts_in_job: int = Field(default=1, description="records written for this job: fewer found means a torn write")
     status: Status | None = Field(default=None, description="None when nothing was verified")
     reason: str = ""
+    code: Code = Field(default=Code.unknown, description="the verdict's reason code (unknown: no verdict, or an older file)")
     problem_error: str | None = Field(default=None, description="set when the problem itself failed (its reference or "
                                       "baselines), not the candidate: no status, counts as unsolved, and a rerun into "
                                       "the same directory tries that problem again")
@@ -150,6 +151,7 @@ def records_from_attempts(suite: str, mode: Mode, problem: Problem, job_key: str
             problem_sha256=problem.sha256, level=problem.level, number=problem.number, attempt=index,
             attempts_in_job=len(attempts),
             status=verdict.status if verdict else None, reason=verdict.reason if verdict else attempt.note,
+            code=verdict.code if verdict else Code.unknown,
             problem_error=attempt.problem_error,
             speedups=speedups, timings=verdict.timings if verdict else attempt.timings,
             suspicious=list(verdict.suspicious) if verdict else [],

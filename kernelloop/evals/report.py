@@ -1,6 +1,8 @@
-"""Write a bench run's outputs: summary.json, report.md and the plots beside them.
+"""Write a bench run's outputs: summary.json, report.md, report.html and the plots beside them.
 
-Numbers are rounded here, for display only; summary.json keeps them whole.
+Numbers are rounded here, for display only; summary.json keeps them whole. Everything here is a
+function of the summary alone, so a report can be made again from its results.jsonl
+(`python -m kernelloop.evals.report OUT_DIR`) and must come out the same.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from pathlib import Path
 
 from kernelloop.evals import plots
 from kernelloop.evals.attention import FLEX_BASELINE, speedups_over_flex
+from kernelloop.evals.html import markdown_to_html
 from kernelloop.evals.records import COMPILE, EAGER, BenchSummary, Mode
 
 SUMMARY_JSON = "summary.json"
 REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 
 
@@ -21,6 +25,7 @@ PLOTS_DIR = "plots"
 class ReportFiles:
     summary_json: Path
     report_md: Path
+    report_html: Path
     plots: dict[str, Path] = field(default_factory=dict)
     skipped_plots: list[str] = field(default_factory=list)  # one line per plot left out, saying why
 
@@ -93,12 +98,14 @@ def _metric_tables(summary: BenchSummary) -> list[str]:
              f"(correctness rate {_pct(summary.correctness_rate)}), {summary.attempts} attempts.", "",
              "## KernelBench metrics", "",
              "fast_p: share of all problems correct with speedup > p (fast_0 = correctness rate); "
-             "geomean over correct problems with a measured speedup.", ""]
+             "geomean over correct problems with a measured speedup; \"not timed\": no speed was measured "
+             "against that baseline, so only fast_0 means anything.", ""]
     thresholds = list(next(iter(summary.by_baseline.values())).fast_p) if summary.by_baseline else []
     lines.append("| against | " + " | ".join(f"fast_{p}" for p in thresholds) + " | geomean speedup | timed |")
     lines.append("|---" * (len(thresholds) + 3) + "|")
     for name, metrics in summary.by_baseline.items():
-        cells = [_pct(metrics.fast_p[p]) for p in thresholds]
+        # Without a timing, fast_p over 0 is unknown, not 0.0%.
+        cells = [_pct(metrics.fast_p[p]) if p == "0" or metrics.timed else "not timed" for p in thresholds]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_x(metrics.geomean_speedup)} | {metrics.timed} |")
     baselines = [b for b in (EAGER, COMPILE, FLEX_BASELINE) if b in summary.by_baseline]
     baselines += [b for b in summary.by_baseline if b not in baselines]
@@ -127,11 +134,63 @@ def _baseline_tables(summary: BenchSummary) -> list[str]:
 
 
 def write_report(out_dir: Path, summary: BenchSummary, attention: bool = False) -> ReportFiles:
-    """summary.json, report.md and plots/*.png under out_dir."""
+    """summary.json, report.md, report.html (plots embedded) and plots/*.png under out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / SUMMARY_JSON
     summary_path.write_text(summary.model_dump_json(indent=2) + "\n")
     plot_paths, skipped = draw_plots(summary, out_dir / PLOTS_DIR, attention)
     report_path = out_dir / REPORT_MD
-    report_path.write_text(render_markdown(summary, plot_paths, skipped, out_dir))
-    return ReportFiles(summary_path, report_path, plot_paths, skipped)
+    markdown = render_markdown(summary, plot_paths, skipped, out_dir)
+    report_path.write_text(markdown)
+    html_path = out_dir / REPORT_HTML
+    html_path.write_text(markdown_to_html(markdown, out_dir))
+    return ReportFiles(summary_path, report_path, html_path, plot_paths, skipped)
+
+
+# --------------------------------------------------------------------------- made again from raw files
+
+NOTES_MD = "notes.md"  # what the records can't say (where a call was cut short), one "- " bullet each
+
+
+def _notes_file(path: Path) -> list[str]:
+    """The bullets of notes.md; a bullet's continuation lines are joined to it."""
+    if not path.is_file():
+        return []
+    notes: list[str] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("- "):
+            notes.append(line[2:].strip())
+        elif line.strip() and notes:
+            notes[-1] += " " + line.strip()
+    return notes
+
+
+def regenerate(out_dir: Path) -> ReportFiles:
+    """summary.json, report.md, report.html and plots made again from out_dir's raw files alone:
+    every results*.jsonl, and notes.md. The suite is named after the directory; the problems
+    are those with records (in problem-number order); the date is that of the last record."""
+    from kernelloop.evals.metrics import summarize
+    from kernelloop.evals.records import BenchRecord
+
+    records = [BenchRecord.model_validate_json(line) for path in sorted(out_dir.glob("results*.jsonl"))
+               for line in path.read_text().splitlines() if line.strip()]
+    if not records:
+        raise ValueError(f"{out_dir}: no results*.jsonl with bench records")
+    modes = {record.mode for record in records}
+    if len(modes) != 1:
+        raise ValueError(f"{out_dir}: records of several modes ({', '.join(sorted(m.value for m in modes))})")
+    names = sorted({r.problem for r in records}, key=lambda n: (int(n.split("_")[0]) if n.split("_")[0].isdigit()
+                                                                else 1 << 30, n))
+    notes = _notes_file(out_dir / NOTES_MD)
+    if any(r.environment.device == "cpu" for r in records):
+        notes.insert(0, "some results are from the CPU (Triton interpreter): correctness only, no speed measured")
+    summary = summarize(out_dir.name, modes.pop(), names, records, notes)
+    summary.created_at = max(r.finished_at for r in records)
+    return write_report(out_dir, summary, attention=all(r.suite == "attention" for r in records))
+
+
+if __name__ == "__main__":  # python -m kernelloop.evals.report DIR...: remake each DIR's report from its raw files
+    import sys
+
+    for folder in sys.argv[1:] or sys.exit("usage: python -m kernelloop.evals.report DIR [DIR ...]"):
+        print(regenerate(Path(folder)).report_md)

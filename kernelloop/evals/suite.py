@@ -49,7 +49,7 @@ from kernelloop.evals.records import (
     records_from_attempts,
 )
 from kernelloop.evals.report import ReportFiles, write_report
-from kernelloop.problem import Candidate, Problem, ProblemError, load_dir
+from kernelloop.problem import Candidate, Problem, ProblemError, load_dir, parse_subset
 from kernelloop.results import TimingStats, Verdict
 from kernelloop.tools.verify.pool import PoolError, local_devices, split_device
 
@@ -64,6 +64,7 @@ class Suite:
     name: str  # 'attention', 'kernelbench-level1', or the directory's name
     kind: str  # 'attention' | 'kernelbench' | 'directory'
     problems: list[Problem]
+    subset: str | None = None  # --problems, when only some were chosen
 
 
 def resolve_suite(suite: str, root: Path | None = None, level: int | None = None,
@@ -81,7 +82,7 @@ def resolve_suite(suite: str, root: Path | None = None, level: int | None = None
         raise ProblemError(f"unknown suite {suite!r}: use attention, kernelbench or a directory of problem files")
     if not found.problems:
         raise ProblemError(f"suite {suite!r} has no problems" + (f" in subset {subset!r}" if subset else ""))
-    return found
+    return Suite(found.name, found.kind, found.problems, subset)
 
 
 @dataclass
@@ -402,21 +403,40 @@ def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequenc
     keys = {job.key for job in jobs}
     records = [r for r in [*previous, *new] if r.job_key in keys]
     summary = metrics.summarize(suite.name, mode, [p.name for p in suite.problems], records,
-                                notes=_notes(records, match, len(jobs) - len(todo)))
+                                notes=_notes(records, match, len(jobs) - len(todo), suite.subset))
     files = write_report(out_dir, summary, attention=suite.kind == "attention")
     return BenchResult(summary, files, results_path, ran=len(todo), skipped=len(jobs) - len(todo))
 
 
-def _notes(records: Sequence[BenchRecord], match: CandidateMatch | None, skipped: int) -> list[str]:
+def _problem_number(path: Path) -> int | None:
+    """The problem number a candidate file names: KernelBench's sample name, or a leading 'N_'."""
+    kb = parse_candidate_name(path.name)
+    if kb is not None:
+        return kb.problem
+    head = path.stem.split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _notes(records: Sequence[BenchRecord], match: CandidateMatch | None, skipped: int,
+           subset: str | None = None) -> list[str]:
     notes = []
     if skipped:
         notes.append(f"{skipped} problem(s) resumed from an earlier run into the same directory")
     if any(r.environment.device == "cpu" for r in records):
         notes.append("some results are from the CPU (Triton interpreter): correctness only, no speed measured")
     if match is not None and match.unmatched:
-        names = ", ".join(p.name for p in match.unmatched[:10])
-        notes.append(f"{len(match.unmatched)} candidate file(s) matched no problem: {names}")
-    missing = sorted({r.problem for r in records if r.status is None and r.reason.startswith("no candidate")})
+        # With --problems, a candidate for a problem left out is outside the selection, not a stray file.
+        chosen = parse_subset(subset) if subset else None
+        outside = [p for p in match.unmatched if chosen is not None and _problem_number(p) not in (None, *chosen)]
+        stray = [p for p in match.unmatched if p not in outside]
+        if outside:
+            notes.append(f"{len(outside)} candidate file(s) outside the selection (--problems {subset}), not scored")
+        if stray:
+            names = ", ".join(p.name for p in stray[:10])
+            notes.append(f"{len(stray)} candidate file(s) matched no problem: {names}")
+    # candidates mode with no candidate path and no problem error: no file was found for it
+    missing = sorted({r.problem for r in records if r.mode is Mode.candidates and r.status is None
+                      and r.candidate is None and r.problem_error is None})
     if missing:
         notes.append(f"{len(missing)} problem(s) had no candidate file (counted as unsolved)")
     failed = sorted({r.problem for r in records if r.problem_error})

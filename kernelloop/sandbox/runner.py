@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kernelloop
+from kernelloop import progress
 from kernelloop.sandbox.isolation import (INPUTS_DIR, ChildLimits, bubblewrap_argv, child_limits, choose_mode,
                                           sandbox_mounts, visible)
 from kernelloop.sandbox.safe_io import JobDir, read_tail
@@ -212,7 +213,10 @@ class Zygote:
         if forked is None:
             held.close()
             raise SandboxError("the sandbox worker did not fork a child")
-        return JobSession(self, forked["pid"], held, started, compile_timeout_s, run_timeout_s, phases)
+        session = JobSession(self, forked["pid"], held, started, compile_timeout_s, run_timeout_s, phases)
+        session.kind = str(job.get("kind", "job"))
+        progress.report(session.kind, session.phase)
+        return session
 
     @staticmethod
     def _outcome(exit_code: int | None, timed_out: bool, phase: str, started: float, held: JobDir,
@@ -300,6 +304,7 @@ class JobSession:
         self.exit_code: int | None = None
         self.timed_out = False
         self.outcome = ended
+        self.kind = "job"  # the job's kind ('candidate', 'reference', ...), for progress reports
 
     @property
     def ended(self) -> bool:
@@ -363,6 +368,7 @@ class JobSession:
         """Move to a later phase (its limit starts now); an earlier or unknown one is ignored."""
         if phase in self.order and self.order.index(phase) > self.order.index(self.phase):
             self.phase, self.phase_waited_s = phase, 0.0
+            progress.report(self.kind, phase)
 
     def _time_out(self) -> None:
         self.timed_out = True

@@ -16,12 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelloop.cli._app import app
-from kernelloop.cli.bench_cmd import parse_budget_s
 from kernelloop.evals import suite as bench
 from kernelloop.evals.kernelbench import KernelBenchName, parse_candidate_name
 from kernelloop.evals.records import Mode
 from kernelloop.problem import Problem, ProblemError, load_dir
 from kernelloop.results import Status, TimingStats, Verdict
+from kernelloop.units import parse_duration_s
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -122,7 +122,7 @@ def test_match_candidates_understands_both_namings(tmp_path):
 
 def test_resolve_suite(tmp_path):
     attention = bench.resolve_suite("attention")
-    assert attention.kind == "attention" and len(attention.problems) == 8
+    assert attention.kind == "attention" and len(attention.problems) == 10
     assert [p.number for p in bench.resolve_suite("attention", subset="1-6").problems] == [1, 2, 3, 4, 5, 6]
     write_problems(tmp_path / "KernelBench" / "level1", ["1_Add", "2_Mul", "3_Sub"])
     kb = bench.resolve_suite("kernelbench", root=tmp_path, level=1, subset="2-3")
@@ -146,10 +146,11 @@ def test_resolve_devices_on_a_machine_without_gpus():
 
 
 def test_parse_budget():
-    assert parse_budget_s("15m") == 900 and parse_budget_s("1h30m") == 5400 and parse_budget_s("90") == 90
+    assert parse_duration_s("15m") == 900 and parse_duration_s("1h30m") == 5400 and parse_duration_s("90") == 90
+    assert parse_duration_s("1h 30m") == 5400  # the grammar solve and bench share
     for bad in ("", "ten minutes", "0s"):
-        with pytest.raises(ValueError, match="budget"):
-            parse_budget_s(bad)
+        with pytest.raises(ValueError, match="duration"):
+            parse_duration_s(bad)
 
 
 # --------------------------------------------------------------------------- scoring, resume, outputs
@@ -190,6 +191,29 @@ def test_scoring_writes_records_summary_report_and_plots(three, tmp_path):
         data = png.read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000
     assert set(result.files.plots) == {"solve_curve", "speedup_distribution"}
+
+
+def test_nothing_timed_reads_not_timed_and_the_html_report_stands_alone(three, tmp_path):
+    suite, cands = three
+    for path in cands.glob("*.py"):
+        write_candidate(path, "correct")  # correct, no speed measured (as on the CPU)
+    result = run(suite, tmp_path / "out", scripted_work({}), cands)
+    report = result.files.report_md.read_text()
+    assert "| eager | 66.7% | not timed | not timed | not timed | - | 0 |" in report and "0.0%" not in report
+    page = result.files.report_html.read_text()
+    assert result.files.report_html == tmp_path / "out" / "report.html"
+    assert page.count("data:image/png;base64,") == len(result.files.plots) == 1
+    assert 'src="plots/' not in page and "<td>not timed</td>" in page and "<h1>kernelloop bench: suite" in page
+
+
+def test_candidates_outside_the_selection_are_counted_as_such(three, tmp_path):
+    suite, cands = three
+    chosen = bench.Suite(suite.name, suite.kind, [p for p in suite.problems if p.number == 1], subset="1")
+    write_candidate(cands / "stray.py", "correct")
+    result = run(chosen, tmp_path / "out", scripted_work({}), cands)
+    notes = result.summary.notes
+    assert "2 candidate file(s) outside the selection (--problems 1), not scored" in notes
+    assert "1 candidate file(s) matched no problem: stray.py" in notes
 
 
 def test_rerun_skips_finished_problems_and_redoes_changed_candidates(three, tmp_path):
@@ -290,7 +314,7 @@ def test_attention_suite_gets_the_flex_attention_bar_chart(tmp_path):
     cands = tmp_path / "cands"
     write_candidate(cands / "1_causal_mask.py", "correct eager=6.0 compile=2.0 flex_attention=1.4")
     write_candidate(cands / "2_document_mask.py", "correct eager=5.0 compile=1.5 flex_attention=0.9")
-    write_candidate(cands / "3_relative_bias.py", "incorrect")
+    write_candidate(cands / "3_relative_positional.py", "incorrect")
     result = run(suite, tmp_path / "out", scripted_work({}), cands)
     assert result.summary.by_baseline["flex_attention"].geomean_speedup == pytest.approx((1.4 * 0.9) ** 0.5)
     chart = result.files.plots["variant_speedups"]
@@ -458,7 +482,7 @@ def test_cli_baselines_only_on_cpu_is_a_one_line_usage_error(tmp_path):
     (["attention", "--candidates", "examples/attention_candidates"], "sized for a GPU"),
     (["kernelbench", "--level", "1"], "--root"),
     (["attention", "--candidates", "x", "--baselines-only"], "exclude each other"),
-    (["attention", "--budget", "soon"], "bad budget"),
+    (["attention", "--budget", "soon"], "--budget: 'soon' is not a duration"),
 ])
 def test_cli_bad_usage_exits_2(args, message):
     result = runner.invoke(app, ["bench", *args])

@@ -18,7 +18,7 @@ from kernelloop.sandbox import isolation
 from kernelloop.sandbox.isolation import Probe, probe_bubblewrap
 from tests.fakes.openai_server import FakeOpenAIServer
 
-CHECK_NAMES = ["python", "torch", "triton", "cuda", "nvml", "ncu", "sandbox", "endpoint", "workspace"]
+CHECK_NAMES = ["python", "torch", "triton", "cuda", "nvml", "ncu", "sandbox", "endpoint", "workspace", "settings"]
 cli = CliRunner()
 
 
@@ -122,3 +122,14 @@ def test_the_command_prints_the_checks_and_exits_1_only_on_a_failure():
     assert down.exit_code == 1 and endpoint["status"] == "fail" and url in endpoint["detail"]
     table = cli.invoke(app, ["doctor", "--base-url", url, "--model", "m"])  # the same, for a person
     assert table.exit_code == 1 and "FAIL" in table.stdout and "endpoint" in table.stdout
+
+
+def test_a_cpu_machine_hears_nothing_of_gpu_memory_caps(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("KERNELLOOP_SANDBOX", "plain")
+    sandbox = doctor.check_sandbox()
+    assert "GPU memory" not in sandbox.detail and "plain" in sandbox.detail
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "capped at 0.9 of GPU memory" in doctor.check_sandbox().detail

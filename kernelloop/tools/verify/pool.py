@@ -247,6 +247,25 @@ def _problem_args(problem: Problem) -> tuple[str, str, str, str]:
     return problem.name, problem.path.name, problem.source, problem.sha256
 
 
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def _check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """An address nothing answers at fails here in seconds: ray.init would retry, printing, for minutes."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "auto")
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise PoolError(f"--ray {address}: not an address; use auto, local, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise PoolError(f"--ray {address}: nothing answers there within {timeout_s:g} s ({exc.strerror or exc}); "
+                        "start the cluster (`ray start --head`) or fix the address") from None
+
+
 class RayPool(VerifierPool):
     """One Verifier actor per GPU of a Ray cluster (or `cpu_workers` CPU actors), static checks as CPU tasks.
 
@@ -260,6 +279,7 @@ class RayPool(VerifierPool):
 
     def __init__(self, address: str = "auto", device: str = "auto", *, workspace: str | Path | None = None,
                  cpu_workers: int = 1, verify_on: str | None = None, **verifier_options: Any):
+        _check_reachable(address)
         ray = _import_ray()
         self._ray = ray
         self._owns_ray = not ray.is_initialized()

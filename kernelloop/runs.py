@@ -5,6 +5,7 @@ The CLI, the bench and the MCP server all come through here. Every entry point:
 - takes the thread's lock, drives the graph (interrupts go to `on_review`), and
 - on any ending, finalize or not (Ctrl-C, an error), writes best_kernel.py, result.json and
   report.md of the best attempt so far, then returns or re-raises.
+`kernelloop.solve`, `.resume`, `.replay` and `.fork` are these functions.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
+from kernelloop import defaults
 from kernelloop.agents.planner import ReferenceFacts, reference_facts
-from kernelloop.agents.turns import ChatClient, KeyedChatClient, KeyedReplayChatClient
+from kernelloop.agents.turns import ChatModel, KeyedReplayChatClient, RecordedTurn
 from kernelloop.config import workspace_dir
 from kernelloop.errors import error_line
 from kernelloop.graph.build import build_graph
@@ -30,7 +32,9 @@ from kernelloop.graph.context import Context, RunEvent, VerifierLike
 from kernelloop.graph.report import RunSummary, summarize, write_outputs
 from kernelloop.graph.rundir import RunDir, read_recording, recorded_turns
 from kernelloop.graph.state import ProblemRecord, Review, RunSettings, settings_of
+from kernelloop.graph.usage import Prices
 from kernelloop.problem import Problem
+from kernelloop.requests import SolveKnobs
 
 OnEvent = Callable[[RunEvent], None]
 OnProgress = Callable[[RunSummary], None]
@@ -60,23 +64,48 @@ def _config(thread_id: str, checkpoint_id: str | None = None) -> dict:
     return {"configurable": configurable, "recursion_limit": 10_000}
 
 
-def live_client(base_url: str | None = None, model: str | None = None, api_key: str | None = None) -> ChatClient:
-    """The endpoint client (flags > KERNELLOOP_* environment); ConfigError says what to set,
+def live_client(base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                stream: bool = False) -> ChatModel:
+    """The endpoint's chat model (flags > KERNELLOOP_* environment); ConfigError says what to set,
     SolveError says when nothing answers at the endpoint (checked once, before the run starts)."""
-    from kernelloop.agents.llm import make_chat_client  # lazy: only live runs need the HTTP client
+    from kernelloop.agents.llm import make_chat_model  # lazy: only live runs need the HTTP client
     from kernelloop.doctor import probe_endpoint
 
-    client = make_chat_client(base_url=base_url, model=model, api_key=api_key)
-    probe = probe_endpoint(client.config.base_url, client.config.api_key.get_secret_value())
+    chat = make_chat_model(base_url=base_url, model=model, api_key=api_key, stream=stream)
+    key = chat.openai_api_key.get_secret_value() if chat.openai_api_key else "not-needed"
+    probe = probe_endpoint(chat.openai_api_base, key)
     if not probe.reachable:
-        raise SolveError(f"model endpoint {client.config.base_url} is unreachable ({probe.error}): start the server "
+        raise SolveError(f"model endpoint {chat.openai_api_base} is unreachable ({probe.error}): start the server "
                          "or fix --base-url / KERNELLOOP_BASE_URL")
-    return client
+    return chat
 
 
-def _sampling(client: object) -> dict[str, Any]:
-    config = getattr(client, "config", None)
-    return {"temperature": config.temperature} if hasattr(config, "temperature") else {}
+def _sampling(chat: object) -> dict[str, Any]:
+    temperature = getattr(chat, "temperature", None)
+    return {"temperature": temperature} if isinstance(temperature, (int, float)) else {}
+
+
+def _model_name(chat: object) -> str:
+    """What the model calls itself: a LangChain model's name, a keyed client's model_name."""
+    from kernelloop.agents.llm import endpoint_of
+
+    return endpoint_of(chat).get("model") or getattr(chat, "model_name", None) or type(chat).__name__
+
+
+def _thread_turns(run: RunDir, latest: dict) -> list[RecordedTurn]:
+    """The turns the latest state points at first, then every other turn of the thread's run dir
+    (earlier branches): a replay serves whichever answered exactly the prompt it sends."""
+    return recorded_turns(run, latest) + (read_recording(run.root) if (run.root / "turns").is_dir() else [])
+
+
+def _replaying(turns: list[RecordedTurn], settings: RunSettings, strict: bool, base_url: str | None,
+               model: str | None, api_key: str | None, stream: bool) -> ChatModel:
+    """Recorded turns re-served where their prompt is unchanged; the rest go to the run's endpoint
+    (flags > the endpoint the run remembers > KERNELLOOP_*), or, strict, are refused."""
+    if strict:
+        return KeyedReplayChatClient(turns, model_name=settings.model)
+    live = live_client(base_url or settings.base_url, model or settings.model or None, api_key, stream)
+    return KeyedReplayChatClient(turns, model_name=settings.model, fallback=live) if turns else live
 
 
 def default_analyzer(device: str) -> Callable[[Problem], ReferenceFacts]:
@@ -138,63 +167,83 @@ def _drive(graph: CompiledStateGraph, run: RunDir, payload: Any, config: dict, c
     return SolveResult(**summary.model_dump(), report=str(run.path("report.md")))
 
 
-def _close_owned(context: Context, given: VerifierLike | None) -> None:
-    """Close the verifier the context built itself (a worker process), never one the caller passed."""
-    if given is None and context.verifier is not None and hasattr(context.verifier, "close"):
-        context.verifier.close()
+@contextmanager
+def _judge(given: VerifierLike | None, device: str, workspace: Path) -> Iterator[VerifierLike]:
+    """The caller's verifier, or a pool on `device` ('cuda:N' names one GPU) that this run opens and closes."""
+    if given is not None:
+        yield given
+        return
+    from kernelloop.tools.verify.pool import make_pool  # lazy: a run with its own verifier needs no pool
+
+    with make_pool(device, workspace=workspace) as pool:
+        yield pool
 
 
-def solve(problem: Problem | str | Path, *, budget_s: float = 900.0, candidates: int = 4,
-          target_speedup: float | None = 1.2, baseline: str = "eager", max_rounds: int = 8,
-          device: str = "auto", backend: str = "triton", interactive: bool = False, hints: Sequence[str] = (),
-          critic_model: bool = False, chat_client: ChatClient | KeyedChatClient | None = None,
+def solve(problem: Problem | str | Path, *, budget_s: float = defaults.BUDGET_S, candidates: int = defaults.CANDIDATES,
+          target_speedup: float | None = defaults.TARGET_SPEEDUP, baseline: str = defaults.BASELINE,
+          max_rounds: int = defaults.MAX_ROUNDS, device: str = defaults.DEVICE, backend: str = defaults.BACKEND,
+          interactive: bool = False, hints: Sequence[str] = (),
+          critic_model: bool = False, chat_client: ChatModel = None,
           base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+          stream_reasoning: bool = False, prices: Prices | str | None = None,
           recorded: str | Path | None = None, verifier: VerifierLike | None = None,
           analyze: Callable[[Problem], ReferenceFacts | None] | None = None, workspace: str | Path | None = None,
           checkpoint_url: str | None = None, thread_id: str | None = None, on_event: OnEvent | None = None,
           on_progress: OnProgress | None = None, on_review: OnReview | None = None) -> SolveResult:
-    """Plan, write candidates in parallel, verify, critique, repeat until a stop condition; see DESIGN.md.
+    """Plan, write candidates in parallel, verify, critique, repeat until a stop condition
+    (docs/architecture.md). Defaults come from kernelloop.defaults; a value past a cap is a ValidationError.
 
     budget_s: wall-clock budget in s. target_speedup: over `baseline` (None: the first correct kernel).
+    chat_client: any LangChain chat model (or a keyed client); None: ChatOpenAI on base_url/model
+    (flags > KERNELLOOP_*), streaming when stream_reasoning. prices: USD per million prompt and
+    completion tokens ('0.55,2.19' or a Prices) for the run's cost.
     recorded: a recording (.jsonl or a run dir) to re-serve instead of calling a model.
     on_review: answers interrupts of an interactive run; without it an interactive run pauses ("waiting").
     """
+    # The caps every entry point shares (a ValidationError, one line through requests.one_line).
+    SolveKnobs(budget_s=budget_s, candidates=candidates, target_speedup=target_speedup, max_rounds=max_rounds)
     problem = problem if isinstance(problem, Problem) else Problem.from_file(problem)
     if chat_client is None and recorded is not None:
         turns = read_recording(Path(recorded))
         chat_client = KeyedReplayChatClient(turns, model_name=model or next(
             (t.turn.model for t in turns if t.turn.model), "recorded"))
     elif chat_client is None:
-        chat_client = live_client(base_url, model, api_key)
-    settings = RunSettings(backend=backend, device=device, model=chat_client.model_name,
+        chat_client = live_client(base_url, model, api_key, stream_reasoning)
+    from kernelloop.agents.llm import endpoint_of
+
+    prices = Prices.parse(prices) if isinstance(prices, str) else prices
+    settings = RunSettings(backend=backend, device=device, model=_model_name(chat_client),
+                           base_url=endpoint_of(chat_client).get("base_url"),
+                           prices=prices.model_dump() if prices else None,
                            sampling=_sampling(chat_client), target_speedup=target_speedup, baseline=baseline,
                            max_rounds=max_rounds, candidates=candidates, budget_s=budget_s,
                            interactive=interactive, critic_model=critic_model)
     record = ProblemRecord(name=problem.name, path=str(problem.path), source=problem.source, sha256=problem.sha256)
     space = workspace_dir(workspace)
     thread_id = thread_id or new_thread_id(problem.name)
-    context = Context(chat_client=chat_client, verifier=verifier, workspace=space, device=device,
-                      analyze=analyze or default_analyzer(device))
-    with _session(thread_id, space, checkpoint_url) as (graph, run):
+    with _judge(verifier, device, space) as judge, _session(thread_id, space, checkpoint_url) as (graph, run):
         if graph.get_state(_config(thread_id)).values:
             raise SolveError(f"thread {thread_id} already exists: `kernelloop runs resume {thread_id}` continues it")
+        context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=device,
+                          analyze=analyze or default_analyzer(device))
         state = {"problem": record.model_dump(), "settings": settings.model_dump(), "hints": list(hints)}
-        try:
-            return _drive(graph, run, state, _config(thread_id), context, on_event, on_progress, on_review)
-        finally:
-            _close_owned(context, verifier)
+        return _drive(graph, run, state, _config(thread_id), context, on_event, on_progress, on_review)
 
 
 def replay(thread_id: str, checkpoint_id: str | None = None, *, recorded: bool | str | Path = False,
-           reverify: bool = False, chat_client: ChatClient | KeyedChatClient | None = None,
+           reverify: bool = False, chat_client: ChatModel = None,
            base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+           stream_reasoning: bool = False,
            verifier: VerifierLike | None = None, analyze: Callable[[Problem], ReferenceFacts | None] | None = None,
            workspace: str | Path | None = None, checkpoint_url: str | None = None, on_event: OnEvent | None = None,
            on_progress: OnProgress | None = None, on_review: OnReview | None = None) -> SolveResult:
     """Re-run a thread from a checkpoint (its latest when None: that is a resume).
 
-    recorded: True re-serves the thread's own recorded model turns (by node and attempt, so no
-    endpoint is needed and parallel coders get the same replies); a path serves another recording.
+    Recorded model turns (by node and attempt, so parallel coders get the same replies) are
+    re-served where the prompt is unchanged; a changed prompt (a template edit, a fork's hint)
+    or a turn never recorded goes to the endpoint (flags > the one the run remembers >
+    KERNELLOOP_*) and is reported. recorded: True is strict, the thread's own turns and no
+    endpoint (a changed prompt is an error); a path serves another recording, also strictly.
     reverify: verify again even code whose verdict is journaled (default: reuse, so no attempt
     is verified twice).
     """
@@ -204,19 +253,14 @@ def replay(thread_id: str, checkpoint_id: str | None = None, *, recorded: bool |
         if not latest.values:
             raise SolveError(f"no thread {thread_id} in {space}: `kernelloop runs list` shows the threads")
         settings = settings_of(latest.values)
-        if chat_client is None and recorded is True:
-            chat_client = KeyedReplayChatClient(recorded_turns(run, latest.values), model_name=settings.model)
-        elif chat_client is None and recorded:
-            chat_client = KeyedReplayChatClient(read_recording(Path(recorded)), model_name=settings.model)
-        elif chat_client is None:
-            chat_client = live_client(base_url, model or settings.model or None, api_key)
-        context = Context(chat_client=chat_client, verifier=verifier, workspace=space, device=settings.device,
-                          analyze=analyze or default_analyzer(settings.device), reuse_verdicts=not reverify)
-        try:
+        if chat_client is None:
+            turns = read_recording(Path(recorded)) if recorded not in (True, False) else _thread_turns(run, latest.values)
+            chat_client = _replaying(turns, settings, bool(recorded), base_url, model, api_key, stream_reasoning)
+        with _judge(verifier, settings.device, space) as judge:
+            context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=settings.device,
+                              analyze=analyze or default_analyzer(settings.device), reuse_verdicts=not reverify)
             return _drive(graph, run, None, _config(thread_id, checkpoint_id), context, on_event, on_progress,
                           on_review)
-        finally:
-            _close_owned(context, verifier)
 
 
 def resume(thread_id: str, **options) -> SolveResult:
@@ -249,11 +293,13 @@ def fork(thread_id: str, checkpoint_id: str, *, hint: str | None = None, changes
         update: dict[str, Any] = {"settings": settings.model_dump()}
         if hint:
             update["hints"] = list(snapshot.values.get("hints") or []) + [hint]
-        if options.get("recorded") is True and options.get("chat_client") is None:
+        if options.get("chat_client") is None and options.get("recorded") in (None, False, True):
             # the branch's own state holds no turns past the fork: serve the original branch's
             latest = graph.get_state(_config(thread_id)).values
-            options["chat_client"] = KeyedReplayChatClient(recorded_turns(RunDir(space, thread_id), latest),
-                                                           model_name=settings.model)
+            options["chat_client"] = _replaying(
+                _thread_turns(RunDir(space, thread_id), latest), settings, bool(options.get("recorded")),
+                options.get("base_url"), options.get("model"), options.get("api_key"),
+                bool(options.get("stream_reasoning")))
         at = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
         branch = graph.update_state(at, update, as_node=producers.pop())
     return replay(thread_id, branch["configurable"]["checkpoint_id"], workspace=space, checkpoint_url=checkpoint_url,

@@ -1,0 +1,25 @@
+"""The one place the defaults and limits of a run are stated.
+
+The CLI, the Python API (kernelloop.solve), the MCP server, the LangChain tool, the graph's
+RunSettings and the config file all read these names; tests/unit/test_defaults.py fails when
+any of them states its own value. Plain constants, so the verifier side can import them with
+torch alone.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+BUDGET_S = 900.0  # wall-clock budget of one run, s (15m)
+MAX_BUDGET_S = 7 * 24 * 3600.0  # a week: a longer budget is a typo, not a plan
+CANDIDATES = 4  # kernels written in parallel per round
+MAX_CANDIDATES = 32  # each is a model call at once: more is an accident
+TARGET_SPEEDUP: float | None = 1.2  # over BASELINE; None: stop at the first correct kernel
+BASELINE = "eager"
+MAX_ROUNDS = 8
+MAX_ROUNDS_LIMIT = 100
+BACKEND: Final = "triton"  # Final: typed as the literal, so it fits Literal["triton", "cuda", "auto"]
+BACKENDS = ("triton", "cuda", "auto")
+DEVICE = "auto"  # auto, cpu, cuda or cuda:N
+VERIFY_TIMEOUT_S = 300.0  # `kernelloop verify --timeout`: each of its compile and run phases
+MAX_SOURCE_BYTES = 1 << 20  # a problem or candidate file; kernels are kilobytes, a megabyte is not code

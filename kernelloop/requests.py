@@ -1,0 +1,136 @@
+"""What every entry point accepts: the request models, their fields' limits, and bad input as one line.
+
+The CLI, the MCP server, the LangChain tools and the job manager validate through these
+models, so a cap (candidates, budget, rounds, source size) is checked the same way everywhere;
+the values themselves come from kernelloop.defaults.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError
+
+from kernelloop import defaults
+from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+# The fields' types with their limits: the models below and the MCP tool's parameters share them.
+BudgetS = Annotated[float, Field(gt=0, le=defaults.MAX_BUDGET_S, description="wall-clock budget, s")]
+Candidates = Annotated[int, Field(ge=1, le=defaults.MAX_CANDIDATES,
+                                  description="kernels written in parallel per round")]
+TargetSpeedup = Annotated[float | None, Field(gt=0, description="stop at this speedup over eager; "
+                                                                "null: at the first correct kernel")]
+MaxRounds = Annotated[int, Field(ge=1, le=defaults.MAX_ROUNDS_LIMIT, description="rounds at most")]
+Backend = Literal["triton", "cuda", "auto"]
+
+
+class RequestError(ValueError):
+    """A request that can't be served (no problem given, a bad name). One line."""
+
+
+def one_line(error: ValueError) -> str:
+    """A bad-input error as the one line a caller reads (pydantic's: each field and what is wrong with it)."""
+    if isinstance(error, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+T = TypeVar("T")
+
+
+def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Decorate a tool so bad input (a ValueError: ProblemError, RequestError, PoolError, ConfigError,
+    ValidationError) reaches its caller as `error` (the framework's tool error) with one line;
+    anything else stays a crash."""
+    def decorate(tool: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(tool)
+        def checked(*args: Any, **kwargs: Any) -> T:
+            try:
+                return tool(*args, **kwargs)
+            except ValueError as exc:
+                raise error(one_line(exc)) from exc
+        return checked
+    return decorate
+
+
+class ProblemInput(BaseModel):
+    """A problem by path, or by its text (written under WORKSPACE/jobs/inputs/)."""
+
+    problem_path: str | None = Field(default=None,
+                                     description="a problem file: class Model, get_inputs, get_init_inputs")
+    problem_source: str | None = Field(default=None, description="the problem file's text, instead of a path")
+    problem_name: str = Field(default="problem", description="file name (no .py) for a problem given as text")
+
+    def load_problem(self, workspace: Path) -> Problem:
+        path = _path_or_text(self.problem_path, self.problem_source, self.problem_name, "problem",
+                             workspace / "jobs" / "inputs")
+        return Problem.from_file(path)
+
+
+class CandidateInput(ProblemInput):
+    """A candidate kernel and the problem it claims to solve."""
+
+    candidate_path: str | None = Field(default=None, description="a candidate file: class ModelNew")
+    candidate_source: str | None = Field(default=None, description="the candidate's text, instead of a path")
+
+    def load_candidate(self) -> Candidate:
+        path, source = self.candidate_path, self.candidate_source
+        if path is not None and source is None:
+            return Candidate.from_file(path)
+        if source is not None and path is None:
+            check_source_size(len(source.encode()), "candidate_source", "candidate")
+            return Candidate(source=source)
+        raise RequestError("give exactly one of candidate_path and candidate_source")
+
+
+class VerifyRequest(CandidateInput):
+    """One candidate against one problem, on a device."""
+
+    device: str = Field(default=defaults.DEVICE, description="auto, cpu, cuda or cuda:N")
+    strict: bool = Field(default=False, description="reject library ops kept beside the candidate's kernels")
+
+
+class SolveKnobs(BaseModel):
+    """How much a run may spend and when it stops: the knobs every entry point shares."""
+
+    budget_s: BudgetS = defaults.BUDGET_S
+    candidates: Candidates = defaults.CANDIDATES
+    target_speedup: TargetSpeedup = defaults.TARGET_SPEEDUP
+    max_rounds: MaxRounds = defaults.MAX_ROUNDS
+
+
+class SolveSettings(ProblemInput, SolveKnobs):
+    """A problem to make a fast kernel for, and how much to spend on it."""
+
+    hints: list[str] = Field(default_factory=list, description="advice for the coders from the first round")
+
+
+class SolveRequest(SolveSettings):
+    """An optimization run; the endpoint defaults to KERNELLOOP_BASE_URL / _MODEL / _API_KEY."""
+
+    backend: Backend = defaults.BACKEND
+    device: str = Field(default=defaults.DEVICE, description="auto, cpu, cuda or cuda:N")
+    base_url: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = None
+
+
+def _path_or_text(path: str | None, text: str | None, name: str, what: str, inbox: Path) -> Path:
+    if path is not None and text is None:
+        return Path(path).expanduser()
+    if text is None or path is not None:
+        raise RequestError(f"give exactly one of {what}_path and {what}_source")
+    if not _NAME.match(name):
+        raise RequestError(f"bad {what}_name {name!r}: letters, digits, '_', '-', '.' only")
+    check_source_size(len(text.encode()), f"{what}_source", what)
+    target = inbox / sha256_text(text)[:16] / f"{name}.py"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return target
