@@ -1,5 +1,6 @@
 """The attention problems at their realistic shapes on a GPU: the compiled FlexAttention baseline
-agrees with the eager reference, and the reference stays within a modest memory budget."""
+and SDPA agree with the eager reference, the reference stays within a modest memory budget, and
+the hand-written starter kernels are correct in bf16."""
 
 from __future__ import annotations
 
@@ -81,12 +82,29 @@ def test_flex_attention_handles_the_irregular_input_variant(name):
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "attention_candidates"
 
 
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@torch.no_grad()
+def test_starter_kernels_are_correct_in_bf16_at_the_realistic_shape_and_on_the_variant(name):
+    """The bf16 tensor-core path (the CPU tests run the interpreter's float32 one), at the
+    realistic shape and at the irregular input variant."""
+    module = load(name)
+    candidate = import_source(EXAMPLES / f"{name}.py", f"starter_{name}")
+    torch.manual_seed(3)
+    [variant] = module.get_input_variants()
+    for inputs in (on_gpu(module.get_inputs()), on_gpu(variant)):
+        comparison = compare_one(candidate.ModelNew()(*inputs), module.Model().cuda()(*inputs), 0, module.TOLERANCE)
+        assert comparison.ok, f"S={inputs[0].shape[2]}: {comparison.reason}"
+
+
 @pytest.mark.parametrize("name", ["1_causal_mask", "5_full_mask"])
 @torch.no_grad()
-def test_example_candidates_are_correct_in_bf16_at_the_realistic_shape(name):
+def test_sdpa_baselines_run_and_agree_with_the_reference(name):
     module = load(name)
-    candidate = import_source(EXAMPLES / f"{name}.py", f"example_{name}")
-    torch.manual_seed(3)
+    baselines = module.get_baselines()
+    assert "sdpa_flash" in baselines  # the flash backend runs bf16, head_dim 64 on every GPU the suite targets
+    torch.manual_seed(4)
     inputs = on_gpu(module.get_inputs())
-    comparison = compare_one(candidate.ModelNew()(*inputs), module.Model().cuda()(*inputs), 0, module.TOLERANCE)
-    assert comparison.ok, comparison.reason
+    reference = module.Model().cuda()(*inputs)
+    for sdpa in set(baselines) - {FLEX_BASELINE}:
+        comparison = compare_one(baselines[sdpa]()(*inputs), reference, 0, module.TOLERANCE)
+        assert comparison.ok, f"{sdpa}: {comparison.reason}"

@@ -38,9 +38,9 @@ def load(name: str):
 def test_rotating_inputs_reuse_the_one_compiled_kernel(name):
     module = load(name)
     torch.manual_seed(0)
-    sets = [module.get_inputs(attn.TINY) for _ in range(N_SETS)]
+    sets = [module.get_inputs(getattr(module, "TEST_SHAPE", attn.TINY)) for _ in range(N_SETS)]
     # A fresh Dynamo cache per variant: the module-level compiled flex_attention is shared by
-    # all eight, and eight entries would reach Dynamo's recompile limit within this one process.
+    # all ten, and that many entries would reach Dynamo's recompile limit within this one process.
     torch._dynamo.reset()
     counters.clear()
     baseline = module.get_baselines()[FLEX_BASELINE]()

@@ -39,4 +39,5 @@ def get_input_variants():
 
 
 def get_baselines():
-    return {attn.FLEX_BASELINE: FlexAttention}
+    # SDPA computes this variant too: its flash and cuDNN backends, where they run here
+    return {attn.FLEX_BASELINE: FlexAttention, **attn.sdpa_baselines(causal=False, head_dim=SHAPE.head_dim)}
