@@ -18,7 +18,7 @@ from kernelloop.evals.report import NOTES_MD, REPORT_HTML, REPORT_MD, SUMMARY_JS
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 BENCH_REPORTS = ["h100_examples", "h100_attention_baselines"]  # python -m kernelloop.evals.report DIR
 SCRIPT_REPORTS = {"trust_boundary": "corpus_run.py", "h100_kernelbench_baselines": "kernelbench_baselines.py",
-                  "h100_large_references": "large_references.py"}
+                  "h100_large_references": "large_references.py", "h100_attention_starters": "attention_starters.py"}
 _DATA_URI = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
 
 
