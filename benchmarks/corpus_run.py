@@ -48,7 +48,8 @@ def report(folder: Path) -> str:
         for r in rows:
             speed = "" if r["speedup"] is None else f"{r['speedup']:.3f}x ({r['speed_source'].split(' (')[0]})"
             reason = r["reason"].replace("|", "/")[:110]
-            lines.append(f"| {r['fixture']} | {r['expected'].replace('|', '/')} | {r['status']}{'' if r['ok'] else ' (NOT AS PROMISED)'} "
+            promised = "" if r["ok"] else " (NOT AS PROMISED)"
+            lines.append(f"| {r['fixture']} | {r['expected'].replace('|', '/')} | {r['status']}{promised} "
                          f"| {speed} | {reason} |")
         lines.append("")
     return "\n".join(lines)

@@ -90,7 +90,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument("--workspace", type=Path, default=Path("/tmp/kb-references"))
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--large-bytes", type=int, default=LARGE_OUTPUT_BYTES, help="the large-output line (a smaller one tries the script on small problems)")
+    parser.add_argument("--large-bytes", type=int, default=LARGE_OUTPUT_BYTES,
+                        help="the large-output line (a smaller one tries the script on small problems)")
     args = parser.parse_args()
     if args.report:
         (args.report / "README.md").write_text(report(args.report))

@@ -91,7 +91,8 @@ def main() -> None:
                    # where the warm fixed cost goes (last verification): child setup (imports, CUDA
                    # context, model), saving outputs, the parent's load + compare, the child's exit
                    "overhead_s": {k: round(v, 4) for k, v in last.cost_s.items()
-                                  if k.startswith(("setup", "prepare")) or k in ("save_s", "gate_s", "compare_s", "exit_s", "first_forward_s")},
+                                  if k.startswith(("setup", "prepare"))
+                                  or k in ("save_s", "gate_s", "compare_s", "exit_s", "first_forward_s")},
                    # where timing's wall time goes (last verification): baseline compiles, rounds, profile
                    "timing_phases_s": {k: round(v, 3) for k, v in (last.profile or {}).get("phase_s", {}).items()},
                    "compile_s": (last.profile or {}).get("compile_s", {}),
@@ -125,7 +126,8 @@ def main() -> None:
         line = (f"{r['problem']:28} {r['status']:9} {r['reference_s']:6.2f} {statistics.median(r['fixed_s']):8.3f} "
                 f"{o.get('setup_s', 0):6.3f} {o.get('setup_context_s', 0):7.3f} {o.get('save_s', 0):6.3f} "
                 f"{o.get('gate_s', 0):6.3f} {o.get('compare_s', 0):8.3f} {o.get('exit_s', 0):6.3f} "
-                f"{statistics.median(r['first_call_s'][1:] or r['first_call_s']):10.2f} {(r['trials_s'] or 0):9.2f} {statistics.median(r['timing_s']):9.2f}")
+                f"{statistics.median(r['first_call_s'][1:] or r['first_call_s']):10.2f} {(r['trials_s'] or 0):9.2f} "
+                f"{statistics.median(r['timing_s']):9.2f}")
         if "speedup_cv" in r:
             line += (f" {r['candidate_ms']:9.4f} {statistics.median(r['speedups']):8.3f} "
                      f"{100 * r['speedup_cv']:6.2f} {r['plain_speedup']:7.3f}")

@@ -81,7 +81,7 @@ def _package_version(name: str) -> str:
 
 
 def check_python() -> Check:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - doctor is what tells a user on an older Python
         return Check("python", "fail", f"Python {sys.version.split()[0]}", "kernelloop needs Python 3.11 or newer")
     return Check("python", "ok", f"Python {sys.version.split()[0]} at {sys.executable}")
 

@@ -26,7 +26,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: 
 
 class ModelNew(nn.Module):
     def forward(self, A, B):
-        b, i, j, l = A.shape
+        b, i, j, l = A.shape  # noqa: E741 - KernelBench's own index names
         k = B.shape[1]
         a2 = A.reshape(b * i * j, l).contiguous()
         out = torch.empty((b * i * j, k), device=A.device, dtype=A.dtype)

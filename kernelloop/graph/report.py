@@ -63,7 +63,8 @@ def summarize(run: RunDir, state: dict, run_status: str | None = None, stop_reas
         attempts=len(state.get("attempts") or []), rounds=state.get("round", 0),
         stop_reason=stop_reason or state.get("stop_reason"),
         run_status=run_status or ("finished" if state.get("status") == "finished" else "running"),
-        spent_s=state.get("spent_s", 0.0), profiling_s=state.get("profiling_s", 0.0), budget_s=settings.budget_s, baseline=settings.baseline, target_speedup=settings.target_speedup,
+        spent_s=state.get("spent_s", 0.0), profiling_s=state.get("profiling_s", 0.0), budget_s=settings.budget_s,
+        baseline=settings.baseline, target_speedup=settings.target_speedup,
         model=settings.model, base_url=settings.base_url, tokens=total(usage_of(state), prices_of(state)),
         run_dir=str(run.root))
 

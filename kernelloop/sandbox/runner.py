@@ -29,8 +29,7 @@ from pathlib import Path
 
 import kernelloop
 from kernelloop import progress
-from kernelloop.sandbox.isolation import (INPUTS_DIR, ChildLimits, bubblewrap_argv, child_limits, choose_mode,
-                                          sandbox_mounts, visible)
+from kernelloop.sandbox.isolation import INPUTS_DIR, ChildLimits, bubblewrap_argv, child_limits, choose_mode, sandbox_mounts, visible
 from kernelloop.sandbox.safe_io import JobDir, read_tail
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on

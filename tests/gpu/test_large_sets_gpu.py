@@ -6,12 +6,11 @@ Run on the H100: `pytest tests/gpu/test_large_sets_gpu.py -q`.
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
+import torch
 
 from kernelloop.tools.verify import tensor_files
 from kernelloop.tools.verify._runtime import make_inputs

@@ -45,6 +45,6 @@ def test_all_gpus_give_the_same_verdicts_and_share_the_work(tmp_path):
     assert one_statuses == all_statuses == [Status.correct] * len(NAMES)
     assert all(s.served >= 1 for s in stats), stats
     per_minute = {1: 60 * len(NAMES) / one_s, len(every): 60 * len(NAMES) / all_s}
-    print(f"\nverified candidates per minute (cold pools): " +
+    print("\nverified candidates per minute (cold pools): " +
           ", ".join(f"{gpus} GPU(s) {rate:.1f}" for gpus, rate in per_minute.items()) +
           f"; per GPU served {[s.served for s in stats]}")

@@ -7,7 +7,6 @@ job["actions"]: {label: [action, argument]}, run in order; the reported result m
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess

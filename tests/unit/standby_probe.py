@@ -7,7 +7,6 @@ own pid and what prepare() left in this process.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path

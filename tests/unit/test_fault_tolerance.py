@@ -36,8 +36,7 @@ from kernelloop.graph.checkpoint import CheckpointError, open_checkpointer
 from kernelloop.runs import SolveError, resume, solve
 from kernelloop.tools.verify.verifier import Verifier
 from tests.fakes.openai_server import ErrorReply, FakeOpenAIServer, Hang, Reply
-from tests.graph.scripted import FIXED_KERNEL, PLAN_REPLY, RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier, \
-    coder_reply
+from tests.graph.scripted import FIXED_KERNEL, PLAN_REPLY, RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier, coder_reply
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

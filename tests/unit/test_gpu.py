@@ -7,7 +7,7 @@ import builtins
 import pynvml
 import pytest
 
-from kernelloop.results import GpuState, Verdict, Status
+from kernelloop.results import GpuState, Status, Verdict
 from kernelloop.tools.profile import gpu
 
 

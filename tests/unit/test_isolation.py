@@ -24,8 +24,18 @@ import pytest
 
 import kernelloop
 from kernelloop.sandbox import isolation
-from kernelloop.sandbox.isolation import (ChildLimits, IsolationError, Mount, Probe, bubblewrap_argv, child_limits,
-                                          choose_mode, probe_bubblewrap, sandbox_mounts, visible)
+from kernelloop.sandbox.isolation import (
+    ChildLimits,
+    IsolationError,
+    Mount,
+    Probe,
+    bubblewrap_argv,
+    child_limits,
+    choose_mode,
+    probe_bubblewrap,
+    sandbox_mounts,
+    visible,
+)
 from kernelloop.sandbox.runner import Zygote
 
 PROBE_MODULE = "tests.unit.sandbox_probe"

@@ -5,8 +5,8 @@ before anything larger than the caller's limit is allocated. And the size budget
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import struct
 from pathlib import Path
 

@@ -53,7 +53,6 @@ from kernelloop.tools.verify.reference_job import run_reference
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
 
 
-
 class LaunchCounter:
     """Counts launches of the candidate's own kernels: Triton JIT/interpreted functions and
     functions of extensions built with load_inline. Installed before the candidate is imported;
@@ -206,8 +205,8 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
             costs: dict | None = None) -> tuple[list, list, tuple[Code, str] | None]:
     """One checked forward: device inputs, poisoned memory, input and alias checks.
 
-    `specs`: the outputs' shapes and dtypes, to poison with. `reuse`: device tensors of an earlier call to copy the new values into, so a
-    candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
+    `specs`: the outputs' shapes and dtypes, to poison with. `reuse`: device tensors of an earlier call to copy the new
+    values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
     `costs` gets the forward's own seconds (JIT included) as "forward_s"."""
     if reuse is None:
         inputs = to_device([i.clone() if isinstance(i, torch.Tensor) else i for i in inputs_cpu], device)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+
 from kernelloop.results import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu

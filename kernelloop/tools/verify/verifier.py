@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 
 from kernelloop.errors import error_line
-from kernelloop.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import STATUS_OF, Code, InputSet, Status, TimingStats, Verdict, code_of, rejected
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
@@ -31,16 +30,17 @@ from kernelloop.tools.verify import budget, interpreter_order
 from kernelloop.tools.verify.compare import Comparison, compare_device, compare_outputs, tolerance_for
 from kernelloop.tools.verify.localise import describe, irregular, localise
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer
-from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed, summarize_all
+from kernelloop.tools.verify.speed import SpeedJudgement, summarize_all
 from kernelloop.tools.verify.static_check import first_broken_rule
 from kernelloop.tools.verify.tensor_files import load_sets
 from kernelloop.tools.verify.timing_driver import drive_timing
+from kernelloop.workspace import workspace_dir
 
 DEFAULT_TRIALS = 3
 CPU_MEMORY_LIMIT_BYTES = 16 << 30
-OUTPUT_FILE_SLACK_BYTES = 1 << 20
-SCRUTINY_SETS = 4
-DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed  # more fresh sets for a kernel under the reference's roofline  # a saved tensor list is its data plus a little framing
+OUTPUT_FILE_SLACK_BYTES = 1 << 20  # a saved tensor list is its data plus a little framing
+SCRUTINY_SETS = 4  # more fresh sets for a kernel under the reference's roofline
+DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed
 CANDIDATE_PHASES = ("trials", "timing", "fresh")
 
 
@@ -323,7 +323,8 @@ class Verifier:
                             "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
                             **base)
         if made.ops and set(made.ops) <= cand_ops:
-            return rejected(Code.leaves_work_to_torch, f"leaves the work to torch: every compute op of the reference ({', '.join(made.ops)}) "
+            return rejected(Code.leaves_work_to_torch,
+                            f"leaves the work to torch: every compute op of the reference ({', '.join(made.ops)}) "
                             "still runs through torch beside its own kernels", **base)
         if self.strict and library_ops:
             return rejected(Code.library_ops_strict, f"library ops kept with --strict: {', '.join(library_ops)}", **base)
@@ -369,7 +370,8 @@ class Verifier:
             fresh_path = session.dir.put(fresh_made.inputs_path, "fresh_inputs.sets")
         except UnsafeFileError as exc:
             fresh_made.inputs_path.unlink(missing_ok=True)
-            return rejected(Code.tampered_job_dir, f"tampered job dir: {exc}; the candidate's process may not touch the parent's files", **base)
+            return rejected(Code.tampered_job_dir,
+                            f"tampered job dir: {exc}; the candidate's process may not touch the parent's files", **base)
         session.advance("fresh")
         if not session.send({"fresh": {"inputs_path": str(fresh_path)}}):
             return None
@@ -407,7 +409,8 @@ class Verifier:
             verdict.warnings.append(f"library ops still run through torch: {', '.join(library_ops)}")
         if self.device == "cpu":
             verdict.warnings.append("CPU (Triton interpreter): correctness only, no speed measured")
-        verdict.feedback = f"Correct on {trials_run} input sets (max_abs_err={verdict.max_abs_err:.3g}, rel_err={verdict.rel_err:.3g})."
+        verdict.feedback = (f"Correct on {trials_run} input sets "
+                            f"(max_abs_err={verdict.max_abs_err:.3g}, rel_err={verdict.rel_err:.3g}).")
         if judged is not None:
             return _with_speed(verdict, judged)
         return verdict
