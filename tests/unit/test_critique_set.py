@@ -36,3 +36,30 @@ def test_the_critique_of_each_correctness_fault_names_its_facts(fault, verifier)
     text = critique_text(verdict.model_dump(), fault.name)
     _, missed = found_and_missed(fault, text)
     assert not missed, f"{fault.name}: missed {missed} in:\n{text}"
+
+
+RECORDED = FAULTS[0].candidate.parent / "recorded_h100"
+
+
+def _recorded_critique(part: str, name: str) -> str:
+    import json
+
+    raw = json.loads((RECORDED / part / f"{name}.json").read_text())
+    return critique_text(raw["verdict"], name)
+
+
+def test_one_launch_per_call_is_not_told_to_launch_fewer_kernels():
+    """A small GEMM on the H100: host-bound with a single launch a call; merging launches is no fix."""
+    text = _recorded_critique("examples", "6_MatmulFP16")
+    assert "one launch per call" in text and "launch fewer kernels" not in text
+
+
+def test_a_launch_loop_is_told_how_many_launches_a_call_makes():
+    text = _recorded_critique("faults", "host_bound_loop")
+    assert "(2048 launches per call); launch fewer kernels" in text
+
+
+def test_nsight_compute_facts_name_each_kernel_once():
+    """ncu profiled two launches of one kernel: the critique says it once, from the longer launch."""
+    text = _recorded_critique("faults", "host_bound_loop")
+    assert text.count("Nsight Compute, scale_row_kernel") == 1

@@ -21,3 +21,19 @@ def test_missing_ncu_degrades_to_a_note(monkeypatch, tmp_path):
     monkeypatch.setattr("kernelloop.tools.profile.ncu_run.ncu_available", lambda: (False, "ncu not found"))
     report = run_ncu(tmp_path / "c.py", tmp_path / "p.py", ["triton:k"])
     assert report.kernels == [] and report.notes == ["ncu not found"]
+
+
+def test_ncu_profiles_a_bounded_number_of_launches(monkeypatch, tmp_path):
+    """A candidate launching from a Python loop (thousands a forward) must not make ncu replay every launch."""
+    seen = {}
+
+    def fake_run(argv, **kwargs):
+        seen["argv"] = argv
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr("kernelloop.tools.profile.ncu_run.ncu_available", lambda: (True, "ncu at /x/ncu"))
+    monkeypatch.setattr("kernelloop.tools.profile.ncu_run.subprocess.run", fake_run)
+    run_ncu(tmp_path / "c.py", tmp_path / "p.py", ["triton:k", "triton:j"])
+    argv = seen["argv"]
+    assert int(argv[argv.index("--launch-count") + 1]) <= 10
+    assert argv[argv.index("--kernel-name") + 1] == "regex:k|j"

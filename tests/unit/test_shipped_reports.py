@@ -18,7 +18,8 @@ from kernelloop.evals.report import NOTES_MD, REPORT_HTML, REPORT_MD, SUMMARY_JS
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 BENCH_REPORTS = ["h100_examples", "h100_attention_baselines"]  # python -m kernelloop.evals.report DIR
 SCRIPT_REPORTS = {"trust_boundary": "corpus_run.py", "h100_kernelbench_baselines": "kernelbench_baselines.py",
-                  "h100_large_references": "large_references.py", "h100_attention_starters": "attention_starters.py"}
+                  "h100_large_references": "large_references.py", "h100_attention_starters": "attention_starters.py",
+                  "h100_attention_eval_cost": "attention_baselines.py"}
 _DATA_URI = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
 
 
@@ -70,3 +71,14 @@ def test_the_readme_table_is_copied_from_the_generated_report():
     rows = [line for line in readme.splitlines() if line.startswith("| eager |")]
     assert rows and all(row in report.splitlines() for row in rows)
     assert "13_CumsumRows was not" in readme
+
+
+def test_the_critique_set_report_is_made_again_from_its_h100_recordings(tmp_path):
+    """docs/results/critique_set: the table and every critique, from the verdicts kept as fixtures."""
+    from benchmarks import critique_set  # its dataclasses need a module in sys.modules, unlike _script's
+
+    raw = RESULTS.parents[1] / "tests" / "fixtures" / "faulty_kernels" / "recorded_h100"
+    assert critique_set.report(raw, docs=tmp_path) == 0  # no fact missed
+    shipped = RESULTS / "critique_set"
+    for made in tmp_path.rglob("*.md"):
+        assert made.read_text() == (shipped / made.relative_to(tmp_path)).read_text(), made.name

@@ -16,6 +16,9 @@ from kernelloop.sandbox.runner import scrubbed_env
 from kernelloop.tools.profile.ncu import NcuReport, find_ncu, ncu_available, ncu_command, read_ncu_output
 
 NCU_TIMEOUT_S = 300.0
+# Launches profiled per kernel name: ncu replays each ~35 times, so a candidate that launches from a
+# Python loop (thousands a forward) would take many minutes without a cap.
+LAUNCHES_PER_KERNEL = 3
 
 
 def run_ncu(candidate: Path, problem: Path, own_kernel_names: list[str], *, iters: int = 2,
@@ -30,7 +33,8 @@ def run_ncu(candidate: Path, problem: Path, own_kernel_names: list[str], *, iter
         out_csv = Path(scratch) / "ncu.csv"
         argv = ncu_command([sys.executable, "-m", "kernelloop.tools.profile.profile_driver", str(candidate.resolve()),
                             str(problem.resolve()), "--iters", str(iters + 1)],
-                           out_csv, regex, launch_skip=max(1, len(names)), ncu=find_ncu() or "ncu")
+                           out_csv, regex, launch_skip=max(1, len(names)),
+                           launch_count=LAUNCHES_PER_KERNEL * max(1, len(names)), ncu=find_ncu() or "ncu")
         env = scrubbed_env("cuda", Path(scratch) / "cache")
         try:
             done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout_s)
