@@ -24,7 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -32,6 +32,8 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Verdict
+from kernelloop.sandbox.isolation import GPU_MEMORY_FRACTION_ENV, MODE_ENV
+from kernelloop.sandbox.runner import PRELOAD_ENV
 from kernelloop.tools.verify.verifier import Verifier, precheck, split_device
 from kernelloop.workspace import workspace_dir
 
@@ -50,6 +52,7 @@ class WorkerStats:
     slot: str  # 'cpu', 'cuda:N' (local) or 'ray:N' (a Ray GPU actor)
     served: int = 0  # verify and time_baselines calls run on it (pre-checked rejections never reach one)
     busy_s: float = 0.0  # wall time spent serving them, s
+    node: str | None = None  # Ray actors: the id of the Ray node the actor runs on, once it has started; local: None
 
 
 W = TypeVar("W")
@@ -114,7 +117,7 @@ class VerifierPool(ABC):
         return len(self._workers.slots)
 
     def stats(self) -> list[WorkerStats]:
-        return [WorkerStats(s.slot, s.served, s.busy_s) for s in self._workers.stats]
+        return [replace(s) for s in self._workers.stats]
 
     def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
         """Judge one candidate on the first idle worker; blocks until one is free. Never raises for a bad candidate."""
@@ -235,6 +238,11 @@ class _VerifierActor:
     def close(self) -> None:
         self.verifier.close()
 
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
 
 def _assigned_gpu() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
@@ -313,20 +321,42 @@ class RayPool(VerifierPool):
         self.static_checks = options.get("static_checks", True)
         root = str(workspace_dir(workspace).resolve())
         actor_class = ray.remote(_VerifierActor)
+        # An actor has its node's environment (as `ray start` found it there), not this one's: the
+        # sandbox settings given here go with it, or KERNELLOOP_SANDBOX=bwrap on the driver would
+        # quietly run plain processes on a node without bubblewrap (a local Verifier refuses).
+        env = {name: os.environ[name] for name in (MODE_ENV, GPU_MEMORY_FRACTION_ENV, PRELOAD_ENV) if os.environ.get(name)}
+        actor_env: dict[str, Any] = {"runtime_env": {"env_vars": env}} if env else {}
         if placed == "cuda":
             # num_cpus=0: a GPU actor is placed by its GPU; the CPUs stay free for the check tasks.
-            actors = [actor_class.options(num_gpus=1, num_cpus=0).remote(self.device, root, i, options)
+            actors = [actor_class.options(num_gpus=1, num_cpus=0, **actor_env).remote(self.device, root, i, options)
                       for i in range(gpus)]
             slots = [f"ray:{i}" for i in range(gpus)] if self.device == "cuda" else ["cpu"] * gpus
             self._check_task = ray.remote(num_cpus=1)(precheck)
         else:
             if cpu_workers < 1:
                 raise PoolError("cpu_workers must be at least 1")
-            actors = [actor_class.options(num_cpus=1).remote(self.device, root, i, options)
+            actors = [actor_class.options(num_cpus=1, **actor_env).remote(self.device, root, i, options)
                       for i in range(cpu_workers)]
             slots = ["cpu"] * cpu_workers
             self._check_task = None  # the CPU actors hold the CPUs: checks run in the caller instead
         self._workers = _Workers(actors, slots)
+        # Where each actor landed, asked now and read when it has answered: an actor still waiting
+        # for its GPU holds up neither the start nor the other actors.
+        self._node_refs = [actor.node_id.remote() for actor in actors]
+
+    def _record_nodes(self) -> None:
+        ready, _ = self._ray.wait(self._node_refs, num_returns=len(self._node_refs), timeout=0)
+        for stats, ref in zip(self._workers.stats, self._node_refs):
+            if stats.node is None and ref in ready:
+                try:
+                    stats.node = self._ray.get(ref)
+                except self._ray.exceptions.RayError:  # an actor that died starting: it ran nowhere
+                    pass
+
+    def stats(self) -> list[WorkerStats]:
+        if not self._workers._closed:  # after close(), as close() recorded them (Ray may be shut down)
+            self._record_nodes()
+        return super().stats()
 
     def _precheck(self, candidate: Candidate) -> Verdict | None:
         if self._check_task is None:
@@ -343,6 +373,7 @@ class RayPool(VerifierPool):
         actors = self._workers.close()
         # Let each actor stop its sandbox worker; a dead or hung actor is killed all the same.
         self._ray.wait([actor.close.remote() for actor in actors], num_returns=len(actors), timeout=30)
+        self._record_nodes()
         for actor in actors:
             self._ray.kill(actor)
         self._shutdown_ray()
