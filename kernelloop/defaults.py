@@ -23,3 +23,5 @@ BACKENDS = ("triton", "cuda", "auto")
 DEVICE = "auto"  # auto, cpu, cuda or cuda:N
 VERIFY_TIMEOUT_S = 300.0  # `kernelloop verify --timeout`: each of its compile and run phases
 MAX_SOURCE_BYTES = 1 << 20  # a problem or candidate file; kernels are kilobytes, a megabyte is not code
+START: str | None = None  # the kernel a run begins from (attempt 0): None from scratch, a file, or START_AUTO
+START_AUTO = "auto"  # `--start auto`: the problem family's hand-written starter (kernelloop/starts.py)

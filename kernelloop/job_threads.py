@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from kernelloop.graph.rundir import write_atomic
@@ -34,7 +35,7 @@ def _recorded(workspace: Path) -> dict[str, tuple[str, dict]]:
     return found
 
 
-def recall(workspace: Path, job_id: str, running: set[str] = frozenset()) -> JobStatus:
+def recall(workspace: Path, job_id: str, running: AbstractSet[str] = frozenset()) -> JobStatus:
     """A solve job from an earlier server, as its checkpointed thread says it stands."""
     found = _recorded(workspace).get(job_id)
     if found is None:
@@ -61,7 +62,8 @@ def _status(workspace: Path, job_id: str, thread: str, record: dict) -> JobStatu
     result = run.path("result.json")
     ended = json.loads(result.read_text()) if result.is_file() else {}
     state: JobState
-    if values.get("status") == "finished":
+    # A thread's first input carries its settings, so a finished thread always has a summary.
+    if values.get("status") == "finished" and summary is not None:
         state, message = "succeeded", f"{summary.stop_reason}: best {summary.best_id or 'none'} ({summary.status})"
     elif ended.get("run_status") == "interrupted" and ended.get("stop_reason") == "cancelled":
         state, message = "cancelled", "cancelled on request"

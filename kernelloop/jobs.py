@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from kernelloop import progress
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
 from kernelloop.config import EndpointConfig, workspace_dir
 from kernelloop.errors import error_line
@@ -32,6 +33,7 @@ from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.requests import RequestError, SolveRequest, VerifyRequest
 from kernelloop.results import Code, Status, Verdict
 from kernelloop.runs import RunCancelled
+from kernelloop.starts import StartRecord
 from kernelloop.tools.verify.pool import VerifierPool, local_devices, make_pool
 
 JobKind = Literal["solve", "verify", "profile"]
@@ -64,7 +66,7 @@ class JobStatus(BaseModel):
     thread_id: str | None = Field(default=None, description="solve: the run's thread (kernelloop runs show THREAD)")
     summary: RunSummary | None = Field(default=None, description="solve: the run so far, or how it ended")
     last_event: RunEvent | None = None
-    events: int = 0
+    events: int = Field(default=0, description="steps so far: a solve's run events, a verification's phases")
     best_kernel: str | None = Field(default=None, description="solve: the source of the best attempt so far")
     verdict: Verdict | None = Field(default=None, description="verify and profile: the verifier's verdict")
     problem_error: str | None = Field(default=None, description="verify and profile: the problem itself failed (its "
@@ -165,12 +167,13 @@ class JobManager:
         from kernelloop.runs import new_thread_id  # lazy: solve imports the whole agent loop
 
         problem = request.load_problem(self.workspace)
+        start = request.load_start(problem)  # an unreadable start kernel is the caller's error now, too
         if chat_client is None:  # a missing endpoint is the caller's error now, not a failed job later
             EndpointConfig.resolve(request.base_url, request.model,
                                    request.api_key.get_secret_value() if request.api_key else None)
         pool = self.pool(request.device)
         job = self._new_job("solve", problem, thread_id=new_thread_id(problem.name))
-        self._start(job, lambda: self._run_solve(job, request, problem, pool, chat_client))
+        self._start(job, lambda: self._run_solve(job, request, problem, pool, chat_client, start))
         return job.snapshot()
 
     def start_verify(self, request: VerifyRequest, profile: bool = False) -> JobStatus:
@@ -212,7 +215,7 @@ class JobManager:
 
     # -- the work ------------------------------------------------------------------------------
     def _run_solve(self, job: _Job, request: SolveRequest, problem: Problem, pool: VerifierPool,
-                   chat_client: ChatClient | KeyedChatClient | None) -> str:
+                   chat_client: ChatClient | KeyedChatClient | None, start: StartRecord | None = None) -> str:
         from kernelloop.runs import solve  # lazy: see start_solve
 
         def on_event(event: RunEvent) -> None:
@@ -225,7 +228,8 @@ class JobManager:
 
         result = solve(problem, budget_s=request.budget_s, candidates=request.candidates,
                        target_speedup=request.target_speedup, max_rounds=request.max_rounds,
-                       backend=request.backend, device=pool.device, hints=request.hints, chat_client=chat_client,
+                       backend=request.backend, device=pool.device, hints=request.hints, start=start,
+                       chat_client=chat_client,
                        base_url=request.base_url, model=request.model,
                        api_key=request.api_key.get_secret_value() if request.api_key else None,
                        verifier=pool, workspace=self.workspace, thread_id=job.status.thread_id,
@@ -236,8 +240,15 @@ class JobManager:
 
     def _run_verify(self, job: _Job, candidate: Candidate, problem: Problem, pool: VerifierPool) -> str:
         job.update(message=f"verifying on {pool.device}")
+
+        def on_phase(kind: str, phase: str) -> None:  # the verifier's phases (as `kernelloop verify` shows them)
+            words = progress.describe(kind, phase)
+            if words is not None and words != job.status.message:
+                job.update(message=words, events=job.status.events + 1)
+
         try:
-            verdict = pool.verify(candidate, problem)
+            with progress.listening(on_phase):  # this thread's verification only (a local pool verifies here)
+                verdict = pool.verify(candidate, problem)
         except ProblemError as exc:  # the reference's failure: an answer for the caller, not a failed job
             verdict = problem_failed_verdict(exc, pool.device)
             job.update(problem_error=verdict.reason.removeprefix("problem error: "))

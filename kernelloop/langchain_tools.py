@@ -30,8 +30,9 @@ VERIFY_DESCRIPTION = (
     "status, reason, errors, timings, feedback.")
 OPTIMIZE_DESCRIPTION = (
     "Write a faster, verified GPU kernel for a PyTorch reference problem: plans, writes candidates in parallel "
-    "with a reasoning model, verifies and critiques them until the target speedup or the budget. Returns the "
-    "run's summary: status, best_speedup, best_kernel (a file path), attempts.")
+    "with a reasoning model, verifies and critiques them until the target speedup or the budget; `start` (a kernel "
+    "file, or 'auto' for the family's starter) or `start_source` begins from an existing kernel, verified as attempt "
+    "0. Returns the run's summary: status, best_speedup, best_kernel (a file path), attempts, start.")
 
 
 def verify_tool(*, device: str = "auto", strict: bool = False, verifier: VerifierLike | None = None,
@@ -67,8 +68,10 @@ def solve_tool(*, device: str = "auto", verifier: VerifierLike | None = None, wo
     @bad_input_as(ToolException)
     def optimize_kernel(**args: Any) -> tuple[dict, SolveResult]:
         request = SolveRequest(**args, device=device)
-        result = solve(request.load_problem(space), budget_s=request.budget_s, candidates=request.candidates,
+        problem = request.load_problem(space)
+        result = solve(problem, budget_s=request.budget_s, candidates=request.candidates,
                        target_speedup=request.target_speedup, max_rounds=request.max_rounds, hints=request.hints,
+                       start=request.load_start(problem),
                        device=device, verifier=verifier, workspace=space, chat_client=chat_client,
                        base_url=base_url, model=model, api_key=api_key)
         return result.model_dump(mode="json"), result

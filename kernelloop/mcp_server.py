@@ -11,6 +11,7 @@ ProfileResult, JobList); bad input is a tool error with one line saying what to 
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Literal
 
 import anyio
@@ -27,6 +28,8 @@ from kernelloop.requests import (
     Candidates,
     MaxRounds,
     SolveRequest,
+    StartChoice,
+    StartSource,
     TargetSpeedup,
     VerifyRequest,
     bad_input_as,
@@ -64,10 +67,6 @@ Device = Annotated[str | None, Field(description="auto, cpu, cuda or cuda:N; def
 WaitS = Annotated[float, Field(ge=0, description=f"seconds to wait for the job to finish (at most {MAX_WAIT_S:g})")]
 
 
-def _waited(manager: JobManager, status: JobStatus, wait_s: float) -> JobStatus:
-    return manager.wait(status.job_id, min(wait_s, MAX_WAIT_S)) if wait_s > 0 else status
-
-
 def _status(manager: JobManager, job_id: str) -> JobStatus:
     """This server's job, or a solve job of an earlier server read back from its checkpointed thread."""
     try:
@@ -101,33 +100,51 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
                              candidate_path=candidate_path, candidate_source=candidate_source,
                              device=device or default_device, strict=strict)
 
-    @server.tool(annotations=reads)
     @bad_input_as(ToolError)
-    def verify_kernel(problem_path: ProblemPath = None, problem_source: ProblemSource = None,
-                      problem_name: ProblemName = "problem", candidate_path: CandidatePath = None,
-                      candidate_source: CandidateSource = None, device: Device = None,
-                      strict: Annotated[bool, Field(description="reject library ops kept beside own kernels")] = False,
-                      wait_s: WaitS = 5.0) -> JobStatus:
-        """Check a candidate kernel against its reference: correctness over several input sets, anti-cheating
-        rules, and on a GPU its speed against eager and torch.compile. The verdict is in `verdict` once
-        `state` is succeeded; otherwise poll job_status with the job_id."""
+    def start_job(profile: bool, problem_path: str | None, problem_source: str | None, problem_name: str,
+                  candidate_path: str | None, candidate_source: str | None, device: str | None,
+                  strict: bool = False) -> JobStatus | None:
+        """A verify or profile job started (loads the files, may start the pool's workers); None: a profile
+        on a server without a GPU, where there is nothing to profile."""
         request = verify_request(problem_path, problem_source, problem_name, candidate_path, candidate_source,
                                  device, strict)
-        return _waited(manager, manager.start_verify(request), wait_s)
+        if profile and manager.pool(request.device).device != "cuda":
+            return None
+        return manager.start_verify(request, profile=profile)
+
+    # verify and profile are async so that, while they wait, each phase the verifier reports (the hook
+    # `kernelloop verify` shows on stderr) goes out as a progress notification; the blocking start runs
+    # in a worker thread, as the SDK runs a sync tool.
+    @server.tool(annotations=reads)
+    async def verify_kernel(ctx: Context, problem_path: ProblemPath = None, problem_source: ProblemSource = None,
+                            problem_name: ProblemName = "problem", candidate_path: CandidatePath = None,
+                            candidate_source: CandidateSource = None, device: Device = None,
+                            strict: Annotated[bool, Field(description="reject library ops kept beside own kernels")] = False,
+                            wait_s: WaitS = 5.0) -> JobStatus:
+        """Check a candidate kernel against its reference: correctness over several input sets, anti-cheating
+        rules, and on a GPU its speed against eager and torch.compile. The verdict is in `verdict` once
+        `state` is succeeded; otherwise poll job_status with the job_id. While it waits (wait_s), each
+        phase (compiling, checking, timing) goes out as a progress notification."""
+        job = await anyio.to_thread.run_sync(functools.partial(
+            start_job, False, problem_path, problem_source, problem_name, candidate_path, candidate_source, device,
+            strict))
+        assert job is not None  # only a profile is ever refused
+        return await _watch(manager, job.job_id, min(wait_s, MAX_WAIT_S), ctx)
 
     @server.tool(annotations=reads)
-    @bad_input_as(ToolError)
-    def profile_kernel(problem_path: ProblemPath = None, problem_source: ProblemSource = None,
-                       problem_name: ProblemName = "problem", candidate_path: CandidatePath = None,
-                       candidate_source: CandidateSource = None, device: Device = None,
-                       wait_s: WaitS = 5.0) -> ProfileResult:
+    async def profile_kernel(ctx: Context, problem_path: ProblemPath = None, problem_source: ProblemSource = None,
+                             problem_name: ProblemName = "problem", candidate_path: CandidatePath = None,
+                             candidate_source: CandidateSource = None, device: Device = None,
+                             wait_s: WaitS = 5.0) -> ProfileResult:
         """Time a candidate on the GPU and summarize the profiler: device time per kernel, own kernels vs
-        library kernels. Needs a GPU; on a CPU-only server it says so and runs nothing."""
-        request = verify_request(problem_path, problem_source, problem_name, candidate_path, candidate_source, device)
-        if manager.pool(request.device).device != "cuda":
+        library kernels. Needs a GPU; on a CPU-only server it says so and runs nothing. While it waits,
+        each phase goes out as a progress notification."""
+        started = await anyio.to_thread.run_sync(functools.partial(
+            start_job, True, problem_path, problem_source, problem_name, candidate_path, candidate_source, device))
+        if started is None:
             return ProfileResult(available=False, message="profiling needs a CUDA GPU: this server verifies on "
                                  "the CPU (Triton interpreter, correctness only); use verify_kernel here")
-        job = _waited(manager, manager.start_verify(request, profile=True), wait_s)
+        job = await _watch(manager, started.job_id, min(wait_s, MAX_WAIT_S), ctx)
         return ProfileResult(available=True, message=job.message, job=job)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True))
@@ -139,17 +156,19 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
             target_speedup: TargetSpeedup = defaults.TARGET_SPEEDUP, max_rounds: MaxRounds = defaults.MAX_ROUNDS,
             backend: Backend = defaults.BACKEND, device: Device = None,
             hints: Annotated[list[str] | None, Field(description="advice for the coders")] = None,
+            start: StartChoice = defaults.START, start_source: StartSource = None,
             base_url: Annotated[str | None, Field(description="OpenAI-compatible endpoint; default "
                                                               "KERNELLOOP_BASE_URL")] = None,
             model: Annotated[str | None, Field(description="default KERNELLOOP_MODEL")] = None,
             api_key: Annotated[str | None, Field(description="default KERNELLOOP_API_KEY")] = None) -> JobStatus:
         """Start the optimization loop (plan, parallel coders, verifier, critic) on a problem in the background.
-        Returns at once with the job_id; poll job_status for progress and the best kernel so far."""
+        Returns at once with the job_id; poll job_status for progress and the best kernel so far. start (a file
+        or 'auto') or start_source: an existing kernel to improve, verified as attempt 0."""
         request = SolveRequest(problem_path=problem_path, problem_source=problem_source, problem_name=problem_name,
                                budget_s=budget_s, candidates=candidates, target_speedup=target_speedup,
                                max_rounds=max_rounds, backend=backend, device=device or default_device,
-                               hints=hints or [], base_url=base_url, model=model,
-                               api_key=SecretStr(api_key) if api_key else None)
+                               hints=hints or [], start=start, start_source=start_source, base_url=base_url,
+                               model=model, api_key=SecretStr(api_key) if api_key else None)
         status = manager.start_solve(request)
         job_threads.remember(manager.workspace, status)  # so job_status finds it after a restart
         return status

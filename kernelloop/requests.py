@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from kernelloop import defaults
 from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
+from kernelloop.starts import StartRecord, resolve_start
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
@@ -27,6 +28,10 @@ Candidates = Annotated[int, Field(ge=1, le=defaults.MAX_CANDIDATES,
 TargetSpeedup = Annotated[float | None, Field(gt=0, description="stop at this speedup over eager; "
                                                                 "null: at the first correct kernel")]
 MaxRounds = Annotated[int, Field(ge=1, le=defaults.MAX_ROUNDS_LIMIT, description="rounds at most")]
+StartChoice = Annotated[str | None, Field(description=f"the kernel to begin from (verified as attempt 0): a kernel "
+                                                      f"file, or '{defaults.START_AUTO}' for the problem family's "
+                                                      f"hand-written starter; null: from scratch")]
+StartSource = Annotated[str | None, Field(description="the start kernel's text (class ModelNew), instead of start")]
 Backend = Literal["triton", "cuda", "auto"]
 
 
@@ -109,6 +114,17 @@ class SolveSettings(ProblemInput, SolveKnobs):
     """A problem to make a fast kernel for, and how much to spend on it."""
 
     hints: list[str] = Field(default_factory=list, description="advice for the coders from the first round")
+    start: StartChoice = defaults.START
+    start_source: StartSource = None
+
+    def load_start(self, problem: Problem) -> StartRecord | None:
+        """The kernel attempt 0 is (None: from scratch); a start file that can't be read is a one-line error."""
+        if self.start is not None and self.start_source is not None:
+            raise RequestError("give at most one of start and start_source")
+        if self.start_source is not None:
+            check_source_size(len(self.start_source.encode()), "start_source", "kernel")
+            return resolve_start(Candidate(source=self.start_source), problem.name)
+        return resolve_start(self.start, problem.name)
 
 
 class SolveRequest(SolveSettings):

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import secrets
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
+from pydantic import SecretStr
 
 from kernelloop import defaults
 from kernelloop.agents.planner import ReferenceFacts, reference_facts
@@ -31,11 +34,13 @@ from kernelloop.graph.checkpoint import open_checkpointer
 from kernelloop.graph.context import Context, RunEvent, VerifierLike
 from kernelloop.graph.report import RunSummary, summarize, write_outputs
 from kernelloop.graph.rundir import RunDir, read_recording, recorded_turns
-from kernelloop.graph.state import ProblemRecord, Review, RunSettings, settings_of
+from kernelloop.graph.state import InputState, ProblemRecord, Review, RunSettings, State, settings_of
 from kernelloop.graph.usage import Prices
-from kernelloop.problem import Problem
-from kernelloop.requests import SolveKnobs
+from kernelloop.problem import Candidate, Problem
+from kernelloop.requests import Backend, SolveKnobs
+from kernelloop.starts import StartRecord, resolve_start
 
+Graph = CompiledStateGraph[State, Context, InputState, State]  # what build_graph returns
 OnEvent = Callable[[RunEvent], None]
 OnProgress = Callable[[RunSummary], None]
 OnReview = Callable[[dict], Review | dict]  # gets an interrupt's payload, returns the person's answer
@@ -59,7 +64,7 @@ def new_thread_id(problem_name: str) -> str:
     return f"{problem_name}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def _config(thread_id: str, checkpoint_id: str | None = None) -> dict:
+def _config(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     configurable = {"thread_id": thread_id} | ({"checkpoint_id": checkpoint_id} if checkpoint_id else {})
     return {"configurable": configurable, "recursion_limit": 10_000}
 
@@ -72,8 +77,9 @@ def live_client(base_url: str | None = None, model: str | None = None, api_key: 
     from kernelloop.doctor import probe_endpoint
 
     chat = make_chat_model(base_url=base_url, model=model, api_key=api_key, stream=stream)
-    key = chat.openai_api_key.get_secret_value() if chat.openai_api_key else "not-needed"
-    probe = probe_endpoint(chat.openai_api_base, key)
+    key = chat.openai_api_key.get_secret_value() if isinstance(chat.openai_api_key, SecretStr) else "not-needed"
+    base = cast(str, chat.openai_api_base)  # make_chat_model passes EndpointConfig.base_url, always a str
+    probe = probe_endpoint(base, key)
     if not probe.reachable:
         raise SolveError(f"model endpoint {chat.openai_api_base} is unreachable ({probe.error}): start the server "
                          "or fix --base-url / KERNELLOOP_BASE_URL")
@@ -119,7 +125,7 @@ def default_analyzer(device: str) -> Callable[[Problem], ReferenceFacts]:
 
 
 @contextmanager
-def _session(thread_id: str, workspace: Path, checkpoint_url: str | None) -> Iterator[tuple[CompiledStateGraph, RunDir]]:
+def _session(thread_id: str, workspace: Path, checkpoint_url: str | None) -> Iterator[tuple[Graph, RunDir]]:
     run = RunDir(workspace, thread_id)
     holder = run.lock_holder()
     if holder is not None:
@@ -132,7 +138,7 @@ def _session(thread_id: str, workspace: Path, checkpoint_url: str | None) -> Ite
             run.release()
 
 
-def _drive(graph: CompiledStateGraph, run: RunDir, payload: Any, config: dict, context: Context,
+def _drive(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, context: Context,
            on_event: OnEvent | None, on_progress: OnProgress | None, on_review: OnReview | None) -> SolveResult:
     """Stream the graph to its end or to an interrupt nobody answers; write outputs however it ends."""
     thread = _config(run.thread_id)
@@ -142,7 +148,7 @@ def _drive(graph: CompiledStateGraph, run: RunDir, payload: Any, config: dict, c
                                             durability="sync"):
                 if mode == "custom" and on_event is not None:
                     on_event(RunEvent.model_validate(chunk))
-                elif mode == "values" and on_progress is not None and "settings" in chunk:
+                elif mode == "values" and on_progress is not None and isinstance(chunk, dict) and "settings" in chunk:
                     on_progress(summarize(run, chunk))
             snapshot = graph.get_state(thread)
             pending = [item for task in snapshot.tasks for item in task.interrupts]
@@ -181,8 +187,9 @@ def _judge(given: VerifierLike | None, device: str, workspace: Path) -> Iterator
 
 def solve(problem: Problem | str | Path, *, budget_s: float = defaults.BUDGET_S, candidates: int = defaults.CANDIDATES,
           target_speedup: float | None = defaults.TARGET_SPEEDUP, baseline: str = defaults.BASELINE,
-          max_rounds: int = defaults.MAX_ROUNDS, device: str = defaults.DEVICE, backend: str = defaults.BACKEND,
+          max_rounds: int = defaults.MAX_ROUNDS, device: str = defaults.DEVICE, backend: Backend = defaults.BACKEND,
           interactive: bool = False, hints: Sequence[str] = (),
+          start: StartRecord | Candidate | str | Path | None = defaults.START,
           critic_model: bool = False, chat_client: ChatModel = None,
           base_url: str | None = None, model: str | None = None, api_key: str | None = None,
           stream_reasoning: bool = False, prices: Prices | str | None = None,
@@ -198,11 +205,17 @@ def solve(problem: Problem | str | Path, *, budget_s: float = defaults.BUDGET_S,
     (flags > KERNELLOOP_*), streaming when stream_reasoning. prices: USD per million prompt and
     completion tokens ('0.55,2.19' or a Prices) for the run's cost.
     recorded: a recording (.jsonl or a run dir) to re-serve instead of calling a model.
+    start: the kernel to begin from, verified as attempt 0 before any coder writes (a file path, a
+    Candidate for a kernel's text, or 'auto': the problem family's hand-written starter, with a
+    warning and a start from scratch where there is none). Kept in the thread for resume.
     on_review: answers interrupts of an interactive run; without it an interactive run pauses ("waiting").
     """
     # The caps every entry point shares (a ValidationError, one line through requests.one_line).
     SolveKnobs(budget_s=budget_s, candidates=candidates, target_speedup=target_speedup, max_rounds=max_rounds)
     problem = problem if isinstance(problem, Problem) else Problem.from_file(problem)
+    start_record = resolve_start(start, problem.name)  # an unreadable start file fails here, before any model call
+    if start_record is not None and not start_record.has_kernel and not isinstance(start, StartRecord):
+        warnings.warn(start_record.line, stacklevel=2)  # 'auto' with no starter: said once, then from scratch
     if chat_client is None and recorded is not None:
         turns = read_recording(Path(recorded))
         chat_client = KeyedReplayChatClient(turns, model_name=model or next(
@@ -227,6 +240,8 @@ def solve(problem: Problem | str | Path, *, budget_s: float = defaults.BUDGET_S,
         context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=device,
                           analyze=analyze or default_analyzer(device))
         state = {"problem": record.model_dump(), "settings": settings.model_dump(), "hints": list(hints)}
+        if start_record is not None:
+            state["start"] = start_record.model_dump()
         return _drive(graph, run, state, _config(thread_id), context, on_event, on_progress, on_review)
 
 
@@ -254,7 +269,7 @@ def replay(thread_id: str, checkpoint_id: str | None = None, *, recorded: bool |
             raise SolveError(f"no thread {thread_id} in {space}: `kernelloop runs list` shows the threads")
         settings = settings_of(latest.values)
         if chat_client is None:
-            turns = read_recording(Path(recorded)) if recorded not in (True, False) else _thread_turns(run, latest.values)
+            turns = _thread_turns(run, latest.values) if isinstance(recorded, bool) else read_recording(Path(recorded))
             chat_client = _replaying(turns, settings, bool(recorded), base_url, model, api_key, stream_reasoning)
         with _judge(verifier, settings.device, space) as judge:
             context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=settings.device,
@@ -300,7 +315,7 @@ def fork(thread_id: str, checkpoint_id: str, *, hint: str | None = None, changes
                 _thread_turns(RunDir(space, thread_id), latest), settings, bool(options.get("recorded")),
                 options.get("base_url"), options.get("model"), options.get("api_key"),
                 bool(options.get("stream_reasoning")))
-        at = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
+        at: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
         branch = graph.update_state(at, update, as_node=producers.pop())
     return replay(thread_id, branch["configurable"]["checkpoint_id"], workspace=space, checkpoint_url=checkpoint_url,
                   **options)

@@ -1,9 +1,10 @@
 """The coder: one model call that writes one candidate kernel, and the record of that attempt.
 
 The prompt carries the problem, the plan, the user's hints, the best kernel so far, this
-candidate's own previous attempt with the verifier's feedback, and the critique of the last
-round. The reply goes through `extract_candidate`; code that doesn't parse (or no code at
-all) becomes a `compile_error` verdict here, so no GPU time is spent on it.
+candidate's own previous attempt with the verifier's feedback (in round 1 of a warm start: the
+start kernel to fix, when it is not correct), and the critique of the last round. The reply
+goes through `extract_candidate`; code that doesn't parse (or no code at all) becomes a
+`compile_error` verdict here, so no GPU time is spent on it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhaust
 from kernelloop.errors import error_line
 from kernelloop.problem import sha256_text
 from kernelloop.results import Code, Status, Verdict
+from kernelloop.starts import START_ID
 
 FEEDBACK_CHARS = 2000  # of verifier feedback per previous attempt in a prompt
 
@@ -114,7 +116,8 @@ def coder_messages(brief: CoderBrief) -> list[Message]:
     text = render("coder.j2", index=brief.index, candidates=brief.candidates, round=brief.round,
                   problem_name=brief.problem_name, problem_source=brief.problem_source,
                   backend_rule=BACKEND_RULES[brief.backend], plan=brief.plan, hints=brief.hints,
-                  best=brief.best, previous=brief.previous, others=brief.others, critique=brief.critique)
+                  best=brief.best, previous=brief.previous, others=brief.others, critique=brief.critique,
+                  previous_is_start=brief.previous is not None and brief.previous.id == START_ID)
     return [Message(role="user", content=text)]
 
 

@@ -20,7 +20,7 @@ from kernelloop.agents.planner import ReferenceFacts
 from kernelloop.agents.prompts import render
 from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask, turn_key
 from kernelloop.errors import error_line
-from kernelloop.results import Code, Profile, Status
+from kernelloop.results import Code, Profile, Status, Verdict
 
 _REJECTED_FIX = {
     Code.forbidden_import: "import only torch, triton, math, numpy, typing and functools",
@@ -63,8 +63,7 @@ class Critique(BaseModel):
         return "\n".join(lines)
 
 
-def _first_error_line(attempt: Attempt) -> str:
-    verdict = attempt.verdict
+def _first_error_line(verdict: Verdict) -> str:
     for text in (verdict.feedback, verdict.stderr_tail):
         for line in reversed(text.strip().splitlines()):
             if "error" in line.lower():
@@ -87,7 +86,7 @@ def _failure_fixes(attempt: Attempt) -> list[str]:
         elif code is Code.syntax:
             fixes.append(f"fix the code so it parses: {verdict.reason}")
         else:
-            fixes.append(f"the kernel did not compile: {_first_error_line(attempt)}; check tl.constexpr "
+            fixes.append(f"the kernel did not compile: {_first_error_line(verdict)}; check tl.constexpr "
                          "arguments, power-of-two tl.arange sizes and tl.dot operand dtypes")
     elif verdict.status is Status.runtime_error:
         if code is Code.out_of_memory:
@@ -98,7 +97,7 @@ def _failure_fixes(attempt: Attempt) -> list[str]:
             fixes.append("the process crashed (likely an illegal memory access): mask every load/store with "
                          "offsets < size and check the pointer arithmetic against the strides")
         else:
-            fixes.append(f"it failed at run time: {_first_error_line(attempt)}")
+            fixes.append(f"it failed at run time: {_first_error_line(verdict)}")
     elif verdict.status is Status.incorrect:
         fixes += _incorrect_fixes(verdict)
     elif verdict.status is Status.rejected:
@@ -111,7 +110,7 @@ def _failure_fixes(attempt: Attempt) -> list[str]:
     return fixes
 
 
-def _incorrect_fixes(verdict) -> list[str]:
+def _incorrect_fixes(verdict: Verdict) -> list[str]:
     """A wrong output: what the code and the localisation point at."""
     code, rel = verdict.code, verdict.rel_err
     fixes: list[str] = []
@@ -134,10 +133,10 @@ def _incorrect_fixes(verdict) -> list[str]:
     return fixes
 
 
-def _speed_fixes(attempt: Attempt, facts: ReferenceFacts | None, target: float | None,
+def _speed_fixes(attempt: Attempt, verdict: Verdict, facts: ReferenceFacts | None, target: float | None,
                  baseline: str) -> tuple[list[str], str | None]:
-    """Where a correct attempt's time goes and what would make it faster."""
-    verdict, fixes = attempt.verdict, []
+    """Where a correct attempt (whose verdict is `verdict`) spends its time and what would make it faster."""
+    fixes: list[str] = []
     speedup = attempt.speedup_vs(baseline)
     if speedup is None:
         return ["correct; speed was not measured here (no GPU timing)", *profile_lines(None, verdict)], None
@@ -161,7 +160,7 @@ def critique_round(attempts: list[Attempt], best: Attempt | None, facts: Referen
     critique = Critique(round=round_)
     for attempt in sorted(attempts, key=lambda a: a.index):
         if attempt.verdict is not None and attempt.verdict.status is Status.correct:
-            fixes, bound = _speed_fixes(attempt, facts, target, baseline)
+            fixes, bound = _speed_fixes(attempt, attempt.verdict, facts, target, baseline)
             critique.bound = critique.bound or bound
         else:
             fixes = _failure_fixes(attempt)

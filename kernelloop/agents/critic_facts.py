@@ -6,7 +6,7 @@ so a fact the verifier does not produce cannot be read (tests/unit/test_critic_s
 
 from __future__ import annotations
 
-from kernelloop.results import Localisation, Profile, Verdict
+from kernelloop.results import Localisation, NcuFacts, Profile, Verdict
 from kernelloop.tools.verify.localise import describe
 
 LOW_BANDWIDTH_PCT = 40.0  # a memory-bound kernel below this share of the datasheet bandwidth has room
@@ -117,7 +117,7 @@ def _ncu_lines(profile: Profile) -> list[str]:
         return [profile.ncu_note] if profile.ncu_note else []
     lines = []
     # One entry per kernel, its longest launch: two launches of the same kernel say the same thing twice.
-    distinct = {}
+    distinct: dict[str, NcuFacts] = {}
     for facts in sorted(profile.ncu, key=lambda f: -(f.duration_ms or 0.0)):
         distinct.setdefault(facts.kernel, facts)
     for facts in list(distinct.values())[:2]:

@@ -107,18 +107,19 @@ def _names(source: str) -> tuple[set[str], set[str], set[str]]:
             top |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             top |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-    bound, read = set(top), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
+    bound: set[str] = set(top)
+    read: set[str] = set()
+    for item in ast.walk(tree):
+        if isinstance(item, ast.Name):
+            (read if isinstance(item.ctx, ast.Load) else bound).add(item.id)
+        elif isinstance(item, ast.arg):
+            bound.add(item.arg)
+        elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(item.name)
+        elif isinstance(item, (ast.Import, ast.ImportFrom)):
+            bound |= {(alias.asname or alias.name).split(".")[0] for alias in item.names}
+        elif isinstance(item, ast.ExceptHandler) and item.name:
+            bound.add(item.name)
     return top, bound, read
 
 
@@ -145,11 +146,11 @@ def _complete(chosen: _Block, blocks: list[_Block], notes: list[str]) -> str:
     native = [b for b in blocks if b.lang in _CUDA_LANGS and '"""' not in b.text]
     # CUDA-ish names first: a lone ```cpp block usually holds the kernel, not the declarations.
     for name in sorted(missing, key=lambda n: "cpp" in n.lower()):
-        block = _native_block_for(name, native)
-        if block is not None:
-            bindings.append(f'{name} = r"""\n{block.text}\n"""')
-            native.remove(block)
-            notes.append(f"bound `{name}` to the ```{block.lang} block")
+        found = _native_block_for(name, native)
+        if found is not None:
+            bindings.append(f'{name} = r"""\n{found.text}\n"""')
+            native.remove(found)
+            notes.append(f"bound `{name}` to the ```{found.lang} block")
     if not helpers and not bindings:
         return source
     # Helpers run first, so they get the candidate's imports ahead of them.
@@ -165,6 +166,7 @@ def _imports(source: str) -> str:
 def _native_block_for(name: str, native: list[_Block]) -> _Block | None:
     """The ```cuda/```cpp block an undefined source variable most likely means, if any."""
     lowered = name.lower()
+    preferred: tuple[str, ...]
     if "cpp" in lowered:
         preferred = ("cpp", "c++", "cxx", "cc", "c")
     elif any(word in lowered for word in ("cuda", "src", "source", "kernel")):
@@ -202,10 +204,10 @@ def _from_text(text: str, notes: list[str]) -> tuple[str | None, bool, int]:
     if candidates:
         last = candidates[-1]
         return last.text, not last.closed, len(blocks)
-    source = _unfenced(text)
-    if source is not None:
+    unfenced = _unfenced(text)
+    if unfenced is not None:
         notes.append("the code had no fences: took it from the first import line")
-    return source, False, len(blocks)
+    return unfenced, False, len(blocks)
 
 
 def extract_candidate(content: str, reasoning: str = "", finish_reason: str | None = None) -> Extraction:

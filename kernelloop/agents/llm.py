@@ -18,7 +18,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,7 +218,7 @@ class _Reasoning(BaseCallbackHandler):
     def __init__(self, on_reasoning: Callable[[str], None]):
         self.on_reasoning = on_reasoning
 
-    def on_llm_new_token(self, token: str, *, chunk: Any = None, **kwargs: Any) -> None:
+    def on_llm_new_token(self, token: str | list[str | dict[str, Any]], *, chunk: Any = None, **kwargs: Any) -> None:
         message = getattr(chunk, "message", None)
         text = _reasoning_of(getattr(message, "additional_kwargs", None) or {})
         if text:
@@ -275,8 +275,9 @@ def call_model(model: BaseChatModel, messages: list[Message]) -> ModelTurn:
     Raises LLMError (one line) when the model gives no usable answer after its own retries.
     """
     listener = current_listener()
-    call = _Call(listener=getattr(listener, "on_retry", None))
-    callbacks = [_Reasoning(listener.on_reasoning)] if getattr(listener, "on_reasoning", None) else []
+    call = _Call(listener=listener.on_retry if listener is not None else None)
+    on_reasoning = listener.on_reasoning if listener is not None else None
+    callbacks: list[BaseCallbackHandler] = [_Reasoning(on_reasoning)] if on_reasoning else []
     lc_messages = [HumanMessage(m.content) if m.role == "user" else AIMessage(m.content) for m in messages]
     url = endpoint_of(model).get("base_url") or type(model).__name__
     started = time.monotonic()
@@ -290,7 +291,7 @@ def call_model(model: BaseChatModel, messages: list[Message]) -> ModelTurn:
     if not isinstance(reply, (AIMessage, AIMessageChunk)):
         raise LLMError(url, 200, f"the model answered a {type(reply).__name__}, not a message", call.attempts or 1)
     answer, reasoning = split_reasoning(_text_of(reply), _reasoning_in(reply))
-    usage = reply.usage_metadata or {}
+    usage: Mapping[str, Any] = reply.usage_metadata or {}
     meta = reply.response_metadata or {}
     return ModelTurn(
         content=answer, reasoning=reasoning,

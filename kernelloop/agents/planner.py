@@ -9,7 +9,7 @@ coders can work from the reference alone.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, Field
 
@@ -81,12 +81,13 @@ class Plan(BaseModel):
 
 
 def planner_messages(problem_name: str, problem_source: str, facts: ReferenceFacts | None,
-                     backend: str, baseline: str, target: float | None) -> list[Message]:
-    """The planner's prompt: one user message (reasoning models get no system prompt)."""
+                     backend: str, baseline: str, target: float | None, start_code: str = "") -> list[Message]:
+    """The planner's prompt: one user message (reasoning models get no system prompt). start_code:
+    the kernel the run starts from (solve --start), which the plan then improves."""
     rule = BACKEND_RULES.get(backend, "Triton or CUDA C++ (load_inline): propose which")
     text = render("planner.j2", problem_name=problem_name, problem_source=problem_source,
                   facts=facts.lines() if facts else [], backend_rule=rule, baseline=baseline,
-                  target=target)
+                  target=target, start_code=start_code)
     return [Message(role="user", content=text)]
 
 
@@ -99,7 +100,8 @@ def parse_plan(content: str, default_backend: Backend = "triton") -> Plan:
     backend = _BACKEND.search(content)
     speedup = _SPEEDUP.search(content)
     return Plan(text=content.strip() or DEFAULT_PLAN,
-                backend=backend.group(1).lower() if backend else default_backend,
+                # cast: _BACKEND matches only "triton" or "cuda" (any case)
+                backend=cast(Backend, backend.group(1).lower()) if backend else default_backend,
                 expected_speedup=float(speedup.group(1)) if speedup else None)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import typer
+import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -106,7 +106,7 @@ def ask_review(payload: dict, view: LiveView | None = None) -> Review:
         if payload.get("kind") == "plan":
             errors.print(Panel(payload.get("plan") or "(empty)", title=f"plan ({payload.get('backend')})"))
             action = Prompt.ask("approve, edit or stop", choices=["a", "e", "s"], default="a", console=errors)
-            plan = typer.edit(payload.get("plan") or "") if action == "e" else None
+            plan = click.edit(payload.get("plan") or "") if action == "e" else None  # typer does not re-export edit
             hint = Prompt.ask("hint for the coders (enter for none)", default="", console=errors)
             return Review(action={"a": "approve", "e": "edit" if plan else "approve", "s": "stop"}[action],
                           plan=plan, hint=hint or None)

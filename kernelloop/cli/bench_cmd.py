@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelloop.cli._app import app
@@ -26,6 +27,7 @@ from kernelloop.cli._common import (
     SETTINGS_NOTE,
     WORKSPACE_HELP,
     device_flag,
+    errors,
     fail_usage,
     settings,
 )
@@ -34,6 +36,7 @@ if TYPE_CHECKING:  # torch and the suites load only once the flags are good, nev
     from kernelloop.config import EndpointConfig
     from kernelloop.evals.records import BenchSummary
     from kernelloop.evals.suite import SolveFn
+    from kernelloop.graph.usage import Prices, Usage
     from kernelloop.problem import Problem
     from kernelloop.results import Verdict
     from kernelloop.tools.verify.pool import VerifierPool
@@ -75,6 +78,7 @@ class _SolvedAttempt:
 @dataclass(frozen=True)
 class _SolveOutcome:
     attempts: list[_SolvedAttempt]
+    tokens: Usage  # the run's result.json: every model call, as the server reported it
 
 
 def _solved_attempts(run_dir: Path, verified_at: dict[str, float], spent_s: float) -> list[_SolvedAttempt]:
@@ -89,7 +93,8 @@ def _solved_attempts(run_dir: Path, verified_at: dict[str, float], spent_s: floa
             for a in attempts if a.verdict is not None]
 
 
-def _agent_solve_fn(endpoint: EndpointConfig, workspace: Path | None, verifier: VerifierPool | None = None) -> SolveFn:
+def _agent_solve_fn(endpoint: EndpointConfig, workspace: Path | None, verifier: VerifierPool | None = None,
+                    prices: Prices | None = None) -> SolveFn:
     """The agent loop as a SolveFn: kernelloop.solve on one problem, verifying through the bench's pool."""
 
     def solve_problem(problem: Problem, budget_s: float, device: str) -> _SolveOutcome:
@@ -104,17 +109,20 @@ def _agent_solve_fn(endpoint: EndpointConfig, workspace: Path | None, verifier: 
 
         result = solve(problem, budget_s=budget_s, device="cpu" if device == "cpu" else "cuda", verifier=verifier,
                        workspace=workspace, base_url=endpoint.base_url, model=endpoint.model,
-                       api_key=endpoint.api_key.get_secret_value(), on_event=on_event)
-        return _SolveOutcome(_solved_attempts(Path(result.run_dir), verified_at, time.perf_counter() - started))
+                       api_key=endpoint.api_key.get_secret_value(), prices=prices, on_event=on_event)
+        return _SolveOutcome(_solved_attempts(Path(result.run_dir), verified_at, time.perf_counter() - started),
+                             result.tokens)
 
     return solve_problem
 
 
 def _print_summary(summary: BenchSummary) -> None:
     from kernelloop.evals.records import Mode
+    from kernelloop.evals.report import tokens_line
 
     if summary.mode is Mode.baselines:
-        console.print(f"[bold]{summary.suite}[/bold]: baselines timed for {summary.problems} problem(s)")
+        console.print(f"[bold]{summary.suite}[/bold]: baselines timed for {summary.problems} problem(s); "
+                      f"{tokens_line(summary)}", highlight=False)
         return
     console.print(f"[bold]{summary.suite}[/bold] ({summary.mode.value}): {summary.solved}/{summary.problems} "
                   f"solved, correctness rate {100 * (summary.correctness_rate or 0):.1f}%")
@@ -125,6 +133,7 @@ def _print_summary(summary: BenchSummary) -> None:
         cells = [f"{100 * v:.1f}%" if p == "0" or metrics.timed else "not timed" for p, v in metrics.fast_p.items()]
         table.add_row(name, *cells, geomean, str(metrics.timed))
     console.print(table)
+    console.print(tokens_line(summary), highlight=False)
 
 
 @app.command(epilog=SETTINGS_NOTE)
@@ -145,6 +154,8 @@ def bench(
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (agent loop)"),
     model: str | None = typer.Option(None, "--model", help="model name (agent loop)"),
     api_key: str | None = typer.Option(None, "--api-key", help="API key (agent loop)"),
+    prices: str | None = typer.Option(None, "--prices", help="USD per million prompt and completion tokens, e.g. "
+                                                            "0.55,2.19 (agent loop): the summary adds the cost"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar on stderr"),
     json_out: bool = typer.Option(False, "--json", help="print summary.json's object as the last line"),
 ) -> None:
@@ -152,10 +163,17 @@ def bench(
     if candidates is not None and baselines_only:
         fail_usage("--candidates and --baselines-only exclude each other")
     device_flag(device)
+    from kernelloop.graph.usage import Prices
+
+    try:
+        price = Prices.parse(prices) if prices is not None else None
+    except ValueError as exc:  # pydantic's ValidationError too (a negative price)
+        fail_usage(f"--prices: {str(exc).splitlines()[0]}")
     chosen_settings = settings(budget=budget, device=device, home=workspace)
     from kernelloop.config import EndpointConfig
     from kernelloop.evals.records import Mode
     from kernelloop.evals.suite import (
+        BenchStopped,
         WorkFactory,
         agent_work,
         baselines_work,
@@ -190,13 +208,17 @@ def bench(
             work = baselines_work(lambda problem, slot: pool.time_baselines(problem)["timings"])
         else:
             assert endpoint is not None  # resolved above for agent mode, or it was a usage error
-            work = agent_work(_agent_solve_fn(endpoint, space, pool), budget_s)
+            work = agent_work(_agent_solve_fn(endpoint, space, pool, price), budget_s)
         out_dir = out or space / "bench" / f"{chosen.name}-{mode.value}"
         try:
             result = run_bench(chosen, mode, work, pool.slots, out_dir, candidates_dir=candidates,
                                budget_s=budget_s if mode is Mode.agent else None, show_progress=progress)
         except ProblemError as exc:
             fail_usage(str(exc))
+        except BenchStopped as exc:  # the sandbox or the verifier failed: one line, exit 1, a rerun resumes
+            errors.print(f"[red]error:[/red] {escape(str(exc).splitlines()[0])}; fix it and rerun the same command "
+                         "(finished problems are skipped)", highlight=False)
+            raise typer.Exit(1) from None
         except OSError as exc:  # a full or read-only --out: one line; a rerun resumes what was written
             if exc.errno not in DISK_ERRNOS:
                 raise

@@ -36,6 +36,7 @@ from kernelloop.cli._live import STYLE, LiveView, ask_review
 from kernelloop.cli.solve_cmd import interrupted, print_result
 
 if TYPE_CHECKING:  # the graph loads only when a command runs, never for --help
+    from kernelloop.graph.history import Branch
     from kernelloop.graph.rundir import RunDir
 
 runs_app = typer.Typer(help="List, inspect, resume, replay and fork runs (LangGraph threads).", no_args_is_help=True)
@@ -150,9 +151,9 @@ def show(thread: str, turn: str | None = typer.Option(None, "--turn", help="one 
     console.print(table)
 
 
-def _branch_tree(branch, tree: Tree) -> Tree:
+def _branch_tree(branch: Branch, tree: Tree) -> Tree:
     """Each branch's steps in order; a fork's branch hangs under the step it came from."""
-    forks = {b.start: [] for b in branch.branches}
+    forks: dict[str | None, list[Branch]] = {b.start: [] for b in branch.branches}
     for b in branch.branches:
         forks[b.start].append(b)
     for s in branch.steps:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kernelloop import defaults
 from kernelloop.cli._app import app
@@ -39,8 +40,11 @@ from kernelloop.cli._live import LiveView, ask_review
 
 if TYPE_CHECKING:
     from kernelloop.graph.report import RunSummary
+    from kernelloop.starts import StartRecord
 
 console = Console(soft_wrap=True)
+START_HELP = (f"begin from this kernel, verified as attempt 0: a kernel file, or '{defaults.START_AUTO}' for the problem "
+              f"family's hand-written starter (the attention problems) [default: from scratch]")
 
 
 def print_result(summary: RunSummary, json_out: bool, workspace_flag: str = "") -> None:
@@ -54,8 +58,25 @@ def print_result(summary: RunSummary, json_out: bool, workspace_flag: str = "") 
                   f"rounds; stopped: {summary.stop_reason or summary.run_status}", highlight=False)
     if summary.best_kernel:
         console.print(f"best kernel: {summary.best_kernel}", highlight=False)
+    if summary.start:
+        console.print(f"started from: {summary.start}", highlight=False)
     console.print(f"report: {Path(summary.run_dir) / 'report.md'}\n"
                   f"steps: kernelloop runs show {summary.thread_id}{workspace_flag}", highlight=False)
+
+
+def load_start(start: str | None, problem_name: str) -> StartRecord | None:
+    """--start as the run keeps it; a file that can't be read is one line naming the flag, before anything
+    starts; 'auto' with no starter for this problem says so in one line and the run starts from scratch."""
+    from kernelloop.problem import ProblemError
+    from kernelloop.starts import resolve_start
+
+    try:
+        record = resolve_start(start if start is None or start == defaults.START_AUTO else Path(start), problem_name)
+    except ProblemError as exc:
+        fail_usage(f"--start: {exc}")
+    if record is not None and not record.has_kernel:
+        errors.print(f"[yellow]warning:[/yellow] {escape(record.line)}", highlight=False)
+    return record
 
 
 def interrupted(thread_id: str, workspace: Path, workspace_flag: str, json_out: bool) -> NoReturn:
@@ -91,6 +112,7 @@ def solve(
                                                   f"[default: {defaults.BACKEND}]", show_default=False),
     interactive: bool = typer.Option(False, help="approve/edit the plan, add hints or stop between rounds"),
     hint: list[str] = typer.Option([], help="a hint for the coders (repeatable)"),
+    start: str | None = typer.Option(defaults.START, metavar="KERNEL|auto", help=START_HELP, show_default=False),
     critic_model: bool = typer.Option(False, help="the critic also asks the model for advice (one call per round)"),
     json_out: bool = typer.Option(False, "--json", help="last stdout line: the result as one JSON object"),
     base_url: str | None = typer.Option(None, help="OpenAI-compatible endpoint (or KERNELLOOP_BASE_URL)"),
@@ -110,6 +132,7 @@ def solve(
     if recorded is not None and not recorded.exists():
         fail_usage(f"--recorded: {recorded}: no such recording (a .jsonl file or a run dir)")
     loaded = load_problem(problem, "PROBLEM")
+    start_record = load_start(start, loaded.name)
     from kernelloop import runs as solving  # lazy: the agent loop loads only once the flags are good
 
     space = chosen.home.expanduser().resolve()
@@ -123,7 +146,7 @@ def solve(
             result = solving.solve(
                 loaded, budget_s=chosen.budget, candidates=chosen.candidates, target_speedup=chosen.target,
                 baseline=baseline, max_rounds=chosen.max_rounds, device=chosen.device, backend=chosen.backend,
-                interactive=interactive, hints=hint, critic_model=critic_model, base_url=base_url, model=model,
+                interactive=interactive, hints=hint, start=start_record, critic_model=critic_model, base_url=base_url, model=model,
                 api_key=api_key, recorded=recorded, workspace=space, checkpoint_url=checkpoints, thread_id=thread_id,
                 on_event=view.on_event, on_progress=view.on_progress,
                 on_review=(lambda p: ask_review(p, view)) if interactive else None)

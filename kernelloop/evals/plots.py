@@ -36,8 +36,8 @@ def plot_variant_speedups(speedups: Mapping[str, float | None], path: Path,
     if not speedups:
         raise ValueError("no variants to plot")
     labels = list(speedups)
-    values = [speedups[k] if speedups[k] is not None else 0.0 for k in labels]
-    colors = [_NONE if speedups[k] is None else (_GOOD if speedups[k] >= 1 else _BAD) for k in labels]
+    values = [speedups[k] or 0.0 for k in labels]  # None (unsolved) draws as a zero-height stub
+    colors = [_NONE if speedups[k] is None else (_GOOD if value >= 1 else _BAD) for k, value in zip(labels, values)]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels)), 4.0))
     bars = ax.bar(range(len(labels)), values, color=colors)
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label=f"{baseline} (1.0x)", zorder=0)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from kernelloop.graph.usage import Usage
 from kernelloop.problem import Problem, ProblemError
 from kernelloop.results import Code, Status, TimingStats, Verdict
 
@@ -43,6 +44,8 @@ class Attempt(BaseModel):
     note: str = Field(default="", description="why there is no verdict, when there is none")
     problem_error: str | None = Field(default=None, description="the problem itself failed (its reference or "
                                       "baselines could not be run), not the candidate: why, one line")
+    tokens: Usage | None = Field(default=None, description="the model's tokens for the whole problem (its agent run), "
+                                 "on the problem's first attempt only; None where no model was called")
 
 
 class RunEnvironment(BaseModel):
@@ -83,6 +86,9 @@ class BenchRecord(BaseModel):
     elapsed_s: float = Field(description="seconds from the start of the problem to this attempt's result")
     candidate: str | None = Field(default=None, description="path of the candidate file")
     candidate_sha256: str | None = None
+    tokens: Usage | None = Field(default=None, description="the model's tokens for the whole job (every call of its "
+                                 "agent run, as the server reported them), on the job's first record only, so a sum "
+                                 "over records counts each call once; None where no model was called")
     environment: RunEnvironment
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
@@ -112,6 +118,8 @@ class ProblemSummary(BaseModel):
     time_spent_s: float = 0.0
     baseline_ms: dict[str, float] = Field(default_factory=dict, description="median ms of each baseline, when timed")
     suspicious: list[str] = Field(default_factory=list, description="from its correct attempts: check these by hand")
+    tokens: Usage | None = Field(default=None, description="the model's tokens on this problem; None: no model call "
+                                 "recorded")
 
 
 class BenchSummary(BaseModel):
@@ -129,6 +137,12 @@ class BenchSummary(BaseModel):
     geomean_speedup_compile: float | None = None
     by_baseline: dict[str, BaselineMetrics] = Field(default_factory=dict)
     per_problem: list[ProblemSummary] = Field(default_factory=list)
+    tokens: Usage | None = Field(default=None, description="every model call of the run's problems, totalled "
+                                 "(cost_usd when prices were given for all of them); None: see tokens_note")
+    tokens_per_solved: float | None = Field(default=None, description="total tokens (prompt + completion, which "
+                                            "includes reasoning) / problems solved; None: see tokens_note")
+    tokens_note: str = Field(default="", description="why a token figure is missing: 'no model calls' (candidates or "
+                             "baselines), 'not recorded' (agent results from before tokens were), 'no problem solved'")
     environments: list[RunEnvironment] = Field(default_factory=list, description="every distinct place measured")
     notes: list[str] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
@@ -157,7 +171,7 @@ def records_from_attempts(suite: str, mode: Mode, problem: Problem, job_key: str
             suspicious=list(verdict.suspicious) if verdict else [],
             max_abs_err=verdict.max_abs_err if verdict else None, rel_err=verdict.rel_err if verdict else None,
             elapsed_s=attempt.elapsed_s, candidate=str(attempt.candidate_path) if attempt.candidate_path else None,
-            candidate_sha256=attempt.candidate_sha256, environment=env))
+            candidate_sha256=attempt.candidate_sha256, tokens=attempt.tokens, environment=env))
     return records
 
 

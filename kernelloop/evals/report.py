@@ -42,6 +42,29 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _tokens(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _token_figures(summary: BenchSummary) -> tuple[str, str]:
+    """(per solved problem, cost) as shown: a number, or why there is none."""
+    usage = summary.tokens
+    per_solved = _tokens(summary.tokens_per_solved) if summary.tokens_per_solved is not None else summary.tokens_note
+    cost = f"${usage.cost_usd:.4f}" if usage is not None and usage.cost_usd is not None else "no prices given"
+    return per_solved, cost
+
+
+def tokens_line(summary: BenchSummary) -> str:
+    """The run's tokens in one line (the console's); 'no model calls', never zeros, where none was made."""
+    usage = summary.tokens
+    if usage is None:
+        return f"tokens: {summary.tokens_note or 'not recorded'}"
+    per_solved, cost = _token_figures(summary)
+    return (f"tokens: {_tokens(usage.total_tokens)} over {usage.calls:,} model calls ({_tokens(usage.prompt_tokens)} "
+            f"prompt + {_tokens(usage.completion_tokens)} completion, of which {_tokens(usage.reasoning_tokens)} "
+            f"reasoning); per solved problem: {per_solved}; cost: {cost}")
+
+
 def draw_plots(summary: BenchSummary, plot_dir: Path, attention: bool) -> tuple[dict[str, Path], list[str]]:
     """The plots this run has data for, and one line per plot left out saying why."""
     made: dict[str, Path] = {}
@@ -79,6 +102,7 @@ def render_markdown(summary: BenchSummary, plot_paths: dict[str, Path], skipped:
         lines += _baseline_tables(summary)
     else:
         lines += _metric_tables(summary)
+    lines += _token_table(summary)
     flagged = [(p.problem, line) for p in summary.per_problem for line in p.suspicious]
     if flagged:  # speedups the verifier found too good to be true stay in the metrics, marked here
         lines += ["## Suspicious results (check by hand)", "",
@@ -91,6 +115,20 @@ def render_markdown(summary: BenchSummary, plot_paths: dict[str, Path], skipped:
     if notes:
         lines += ["## Notes", "", *(f"- {_cell(n)}" for n in notes), ""]
     return "\n".join(lines)
+
+
+def _token_table(summary: BenchSummary) -> list[str]:
+    usage = summary.tokens
+    if usage is None:
+        note = summary.tokens_note or "not recorded"
+        return ["## Tokens", "", f"{note[:1].upper()}{note[1:]}.", ""]
+    per_solved, cost = _token_figures(summary)
+    return ["## Tokens", "",
+            "As the server reported them, summed over every model call of every problem; completion includes "
+            "reasoning; per solved problem: all tokens over the problems solved.", "",
+            "| model calls | prompt | completion | reasoning | total | per solved problem | cost |", "|---" * 7 + "|",
+            f"| {usage.calls:,} | {_tokens(usage.prompt_tokens)} | {_tokens(usage.completion_tokens)} | "
+            f"{_tokens(usage.reasoning_tokens)} | {_tokens(usage.total_tokens)} | {per_solved} | {cost} |", ""]
 
 
 def _metric_tables(summary: BenchSummary) -> list[str]:
@@ -109,16 +147,18 @@ def _metric_tables(summary: BenchSummary) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_x(metrics.geomean_speedup)} | {metrics.timed} |")
     baselines = [b for b in (EAGER, COMPILE, FLEX_BASELINE) if b in summary.by_baseline]
     baselines += [b for b in summary.by_baseline if b not in baselines]
+    tokens = summary.tokens is not None  # a tokens column only where a model was called
     lines += ["", "## Per problem", "",
               "| problem | solved | best status | attempts | " + " | ".join(f"vs {b}" for b in baselines)
-              + " | time to solve | reason |",
-              "|---" * (len(baselines) + 6) + "|"]
+              + " | time to solve |" + (" tokens |" if tokens else "") + " reason |",
+              "|---" * (len(baselines) + 6 + tokens) + "|"]
     for row in summary.per_problem:
         speed = " | ".join(_x(row.speedups.get(b)) for b in baselines)
         solve = "-" if row.time_to_solve_s is None else f"{row.time_to_solve_s:.1f} s"
         status = row.best_status.value if row.best_status else "-"
+        used = (f" {_tokens(row.tokens.total_tokens) if row.tokens else '-'} |") if tokens else ""
         lines.append(f"| {row.problem} | {'yes' if row.solved else 'no'} | {status} | {row.attempts} | {speed} | "
-                     f"{solve} | {_cell(row.reason)} |")
+                     f"{solve} |{used} {_cell(row.reason)} |")
     return lines + [""]
 
 

@@ -49,6 +49,7 @@ from kernelloop.evals.records import (
     records_from_attempts,
 )
 from kernelloop.evals.report import ReportFiles, write_report
+from kernelloop.graph.usage import Usage
 from kernelloop.problem import Candidate, Problem, ProblemError, load_dir, parse_subset
 from kernelloop.results import TimingStats, Verdict
 from kernelloop.tools.verify.pool import PoolError, local_devices, split_device
@@ -154,6 +155,9 @@ class SolveOutcome(Protocol):
     @property
     def attempts(self) -> Sequence[SolvedAttempt]: ...
 
+    @property
+    def tokens(self) -> Usage | None: ...  # every model call of the run, as the server reported them
+
 
 class SolveFn(Protocol):
     """The agent loop on one problem, on one device, within budget_s seconds."""
@@ -231,7 +235,9 @@ def agent_work(solve: SolveFn, budget_s: float) -> WorkFactory:
             outcome = solve(job.problem, budget_s, device)
             attempts = [Attempt(verdict=a.verdict, elapsed_s=a.elapsed_s, candidate_path=a.kernel_path,
                                 candidate_sha256=_file_sha256(a.kernel_path)) for a in outcome.attempts]
-            return attempts or [Attempt(elapsed_s=budget_s, note="the agent loop verified no attempt")]
+            attempts = attempts or [Attempt(elapsed_s=budget_s, note="the agent loop verified no attempt")]
+            attempts[0].tokens = outcome.tokens  # the run's tokens, once per problem: a sum over records counts each call once
+            return attempts
 
         yield work
 
@@ -282,10 +288,15 @@ def job_key(mode: Mode, problem: Problem, candidates: Sequence[Path] = (), budge
 # --------------------------------------------------------------------------- the run loop
 
 
+class BenchStopped(RuntimeError):
+    """A worker failed outside any one candidate's verdict (the sandbox, the verifier itself): the
+    bench stops; what was written stays, and a rerun with the same --out goes on from there."""
+
+
 @dataclass
 class _Finished:
     job: Job | None
-    records: list[BenchRecord] | None = None
+    records: list[BenchRecord] = field(default_factory=list)  # empty when `error` is set
     error: BaseException | None = None
 
 
@@ -345,11 +356,11 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                 if item is None:
                     alive -= 1
                     if alive == 0:
-                        raise RuntimeError(f"bench workers stopped with {len(jobs) - done} problem(s) left")
+                        raise BenchStopped(f"bench workers stopped with {len(jobs) - done} problem(s) left")
                     continue
                 if item.error is not None:
                     where = f" on {item.job.problem.name}" if item.job else ""
-                    raise RuntimeError(f"bench stopped{where}: {type(item.error).__name__}: {item.error}") from item.error
+                    raise BenchStopped(f"bench stopped{where}: {type(item.error).__name__}: {item.error}") from item.error
                 append_records(results_path, item.records)
                 new_records.extend(item.records)
                 done += 1

@@ -1,6 +1,7 @@
 """The kernelloop state machine, top to bottom:
 
     START -> planner -> review_plan -> coder x N (Send, in parallel) -> verifier -> critic -> route
+    review_plan -> warm_start -> verifier -> critic -> route   (a start kernel: attempt 0, round 0)
     route: target met | budget spent | rounds exhausted | stopped -> finalize -> END
            interactive -> review_round -> coder x N | finalize
            else -> coder x N
@@ -23,12 +24,15 @@ from kernelloop.graph.state import InputState, State
 NAME = "kernelloop"
 
 
-def build_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+def build_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph[State, Context, InputState, State]:
     """The compiled graph; pass a checkpointer for anything that should survive the process."""
     builder = StateGraph(State, context_schema=Context, input_schema=InputState)
     builder.add_node("planner", nodes.planner)
     builder.add_node("review_plan", nodes.review_plan)
-    builder.add_node("coder", nodes.coder)
+    builder.add_node("warm_start", nodes.warm_start)
+    # The stubs want a schema-typed node input, but a Send target gets its payload as sent (here a
+    # CoderBrief as a JSON dict); typing `brief` as a schema would make LangGraph coerce it.
+    builder.add_node("coder", nodes.coder)  # type: ignore[call-overload]
     builder.add_node("verifier", nodes.verifier)
     builder.add_node("critic", nodes.critic)
     builder.add_node("review_round", nodes.review_round)
@@ -36,7 +40,8 @@ def build_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStat
 
     builder.add_edge(START, "planner")
     builder.add_edge("planner", "review_plan")
-    builder.add_conditional_edges("review_plan", routing.after_plan_review, ["coder", "finalize"])
+    builder.add_conditional_edges("review_plan", routing.after_plan_review, ["coder", "warm_start", "finalize"])
+    builder.add_edge("warm_start", "verifier")
     builder.add_edge("coder", "verifier")  # fan-in: the verifier runs once all of the round's coders are done
     builder.add_edge("verifier", "critic")
     builder.add_conditional_edges("critic", routing.after_critic, ["coder", "review_round", "finalize"])

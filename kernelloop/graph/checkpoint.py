@@ -12,11 +12,12 @@ disk) are CheckpointErrors: one line naming the file (and the thread), never a t
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -32,7 +33,7 @@ class CheckpointError(ConfigError):
     A ConfigError so every command that reports configuration problems in one line reports this too."""
 
 
-def _thread_of(config: dict | None) -> str:
+def _thread_of(config: Mapping[str, Any] | None) -> str:
     return str(((config or {}).get("configurable") or {}).get("thread_id", "?"))
 
 
@@ -49,23 +50,21 @@ class CheckedSqliteSaver(SqliteSaver):
         return CheckpointError(f"{self.path}: a checkpoint of thread {thread} can't be read ({why}); other threads "
                                f"are not affected, and this thread's files are in {self.runs_dir / thread}")
 
-    def _checked(self, found: CheckpointTuple | None, thread: str) -> CheckpointTuple | None:
-        if found is None:
-            return None
+    def _checked(self, found: CheckpointTuple, thread: str) -> CheckpointTuple:
         checkpoint = found.checkpoint
         if not (isinstance(checkpoint, dict) and isinstance(checkpoint.get("channel_values"), dict)
                 and isinstance(found.metadata, dict)):
             raise self._unreadable(thread, ValueError("it does not decode to a checkpoint"))
         return found
 
-    def get_tuple(self, config: dict) -> CheckpointTuple | None:
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         try:
             found = super().get_tuple(config)
         except Exception as exc:  # any decoding or SQLite failure: one error that names the file and thread
             raise self._unreadable(_thread_of(config), exc) from exc
-        return self._checked(found, _thread_of(config))
+        return self._checked(found, _thread_of(config)) if found is not None else None
 
-    def list(self, config: dict | None, **options: Any) -> Iterator[CheckpointTuple]:
+    def list(self, config: RunnableConfig | None, **options: Any) -> Iterator[CheckpointTuple]:
         items = super().list(config, **options)
         while True:
             try:
@@ -76,7 +75,7 @@ class CheckedSqliteSaver(SqliteSaver):
                 raise self._unreadable(_thread_of(config), exc) from exc
             yield self._checked(found, found.config["configurable"]["thread_id"])
 
-    def _writing(self, config: dict, write, *args):
+    def _writing(self, config: RunnableConfig, write, *args):
         try:
             return write(config, *args)
         except sqlite3.DatabaseError as exc:
@@ -107,6 +106,7 @@ def open_checkpointer(url: str | None, workspace: Path) -> Iterator[BaseCheckpoi
     """A checkpointer for the run, closed on exit. `url` None: SQLite in the workspace."""
     path = sqlite_path(url, workspace)
     if path is None:
+        assert url is not None  # sqlite_path gives None only for a Postgres URL
         yield from _postgres(url)
         return
     path.parent.mkdir(parents=True, exist_ok=True)

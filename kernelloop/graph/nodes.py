@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
@@ -34,9 +35,11 @@ from kernelloop.graph.state import (
     problem_of,
     rank_best,
     settings_of,
+    start_of,
 )
 from kernelloop.graph.usage import TurnUsage
 from kernelloop.problem import Candidate
+from kernelloop.starts import START_ID, backend_of
 from kernelloop.tools.profile import ncu_budget
 
 REASONING_TAIL_CHARS = 200  # of streamed reasoning kept for the live view
@@ -63,16 +66,17 @@ def _emit(runtime: Runtime[Context], event: RunEvent) -> None:
 def _listener(runtime: Runtime[Context], round_: int, attempt_id: str | None = None) -> ModelListener:
     """One model call's retries, streamed reasoning (at most two events a second) and replay
     misses, as events for the live view."""
-    tail = {"text": "", "at": 0.0}
+    tail, said_at = "", 0.0
 
-    def say(kind: str, message: str) -> None:
+    def say(kind: Literal["retrying", "reasoning", "asked_live"], message: str) -> None:
         _emit(runtime, RunEvent(kind=kind, round=round_, attempt_id=attempt_id, message=message))
 
     def on_reasoning(delta: str) -> None:
-        tail["text"] = (tail["text"] + delta)[-REASONING_TAIL_CHARS:]
-        if time.monotonic() - tail["at"] >= 0.5:
-            tail["at"] = time.monotonic()
-            say("reasoning", " ".join(tail["text"].split()))
+        nonlocal tail, said_at
+        tail = (tail + delta)[-REASONING_TAIL_CHARS:]
+        if time.monotonic() - said_at >= 0.5:
+            said_at = time.monotonic()
+            say("reasoning", " ".join(tail.split()))
 
     return ModelListener(on_retry=lambda why: say("retrying", why), on_reasoning=on_reasoning,
                          on_live=lambda why: say("asked_live", why))
@@ -90,8 +94,9 @@ def planner(state: State, runtime: Runtime[Context]) -> dict:
             facts = context.analyze(problem)
         except Exception as exc:  # the roofline is advice: planning goes on without it, saying why
             facts = ReferenceFacts(notes=[f"no roofline: {error_line(exc)}"])
+    start = start_of(state)
     messages = planner_messages(record.name, record.source, facts, settings.backend, settings.baseline,
-                                settings.target_speedup)
+                                settings.target_speedup, start.source if start is not None else "")
     with listening(_listener(runtime, 0)):
         plan, turn = make_plan(context.client(), messages, settings.backend)
     usage = []
@@ -121,6 +126,20 @@ def review_plan(state: State, runtime: Runtime[Context]) -> dict:
             update["hints"] = list(state.get("hints") or []) + [answer.hint]
         update["stop_requested"] = answer.action == "stop"
     return update | _tick(state, runtime.context)
+
+
+def warm_start(state: State, runtime: Runtime[Context]) -> dict:
+    """Attempt 0: the kernel the run starts from, as the only draft of round 0. The verifier and the
+    critic then treat it like any round, so it is judged, ranked and critiqued as every attempt is."""
+    run, start = _run_dir(runtime), start_of(state)
+    if start is None or not start.has_kernel:
+        raise ValueError("warm_start reached without a start kernel in the state")
+    attempt = Attempt(id=START_ID, round=0, index=0, backend=backend_of(start.source), code=start.source,
+                      code_sha256=start.sha256)
+    attempt.kernel_file = run.write_kernel(attempt)
+    _emit(runtime, RunEvent(kind="coded", round=0, attempt_id=attempt.id, status=attempt.status,
+                            message=f"start kernel: {start.line}"))
+    return {"drafts": [attempt.model_dump(mode="json")], "phase": "warm_started", **_tick(state, runtime.context)}
 
 
 def coder(brief: dict, runtime: Runtime[Context]) -> dict:
@@ -198,18 +217,20 @@ def _profile_round_best(verified: list[Attempt], run: RunDir, problem, state: St
     clock (ncu_budget.py); the run's profiling seconds so far. Its facts, or why it did not run,
     go into that attempt's profile for the critic."""
     profiling_s = state.get("profiling_s", 0.0)
-    timed = [a for a in verified if a.verdict is not None and a.verdict.ok and a.verdict.speedup is not None]
+    timed = [(a.verdict.speedup, a, a.verdict) for a in verified
+             if a.verdict is not None and a.verdict.ok and a.verdict.speedup is not None]
     if not timed:
         return profiling_s
-    best = max(timed, key=lambda a: a.verdict.speedup)
+    _, best, verdict = max(timed, key=lambda t: t[0])  # verdict is best.verdict, narrowed
     run_s = _tick(state, runtime.context)["spent_s"]
-    why_not = ncu_budget.refusal(best.verdict.device, run_s, profiling_s)
+    why_not = ncu_budget.refusal(verdict.device, run_s, profiling_s)
     if why_not:
-        best.verdict.profile = ncu_budget.with_note(best.verdict.profile, why_not)
+        verdict.profile = ncu_budget.with_note(verdict.profile, why_not)
         return profiling_s
-    best.verdict.profile, seconds = ncu_budget.profile_candidate(run.path(best.kernel_file), problem.path,
-                                                                 best.verdict.own_kernels, best.verdict.profile)
-    run.save_verdict(best, best.verdict, best.verify_s or 0.0)
+    assert best.kernel_file is not None  # the caller passes only attempts with a kernel file
+    verdict.profile, seconds = ncu_budget.profile_candidate(run.path(best.kernel_file), problem.path,
+                                                            verdict.own_kernels, verdict.profile)
+    run.save_verdict(best, verdict, best.verify_s or 0.0)
     return profiling_s + seconds
 
 

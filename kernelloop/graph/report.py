@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from kernelloop.agents.coder import Attempt
 from kernelloop.graph.rundir import RunDir, write_atomic
 from kernelloop.graph.state import (
+    StateLike,
     attempts_of,
     best_of,
     critiques_of,
@@ -20,6 +21,7 @@ from kernelloop.graph.state import (
     prices_of,
     problem_of,
     settings_of,
+    start_of,
     usage_of,
 )
 from kernelloop.graph.usage import Usage, by_round, total
@@ -45,14 +47,16 @@ class RunSummary(BaseModel):
     target_speedup: float | None = None
     model: str = ""
     base_url: str | None = None
+    start: str | None = Field(default=None, description="where the run began (solve --start: attempt 0's file), "
+                                                        "or why 'auto' found no starter; None: from scratch")
     tokens: Usage = Field(default_factory=Usage, description="every model call of the run, totalled (cost "
                                                              "when prices were given)")
     run_dir: str = ""
 
 
-def summarize(run: RunDir, state: dict, run_status: str | None = None, stop_reason: str | None = None) -> RunSummary:
+def summarize(run: RunDir, state: StateLike, run_status: str | None = None, stop_reason: str | None = None) -> RunSummary:
     """The summary of a state; `best_kernel` points at the file only when it exists."""
-    settings, best = settings_of(state), best_of(state)
+    settings, best, start = settings_of(state), best_of(state), start_of(state)
     kernel = run.path("best_kernel.py")
     return RunSummary(
         thread_id=run.thread_id, problem=problem_of(state).name,
@@ -65,7 +69,8 @@ def summarize(run: RunDir, state: dict, run_status: str | None = None, stop_reas
         run_status=run_status or ("finished" if state.get("status") == "finished" else "running"),
         spent_s=state.get("spent_s", 0.0), profiling_s=state.get("profiling_s", 0.0), budget_s=settings.budget_s,
         baseline=settings.baseline, target_speedup=settings.target_speedup,
-        model=settings.model, base_url=settings.base_url, tokens=total(usage_of(state), prices_of(state)),
+        model=settings.model, base_url=settings.base_url, start=start.line if start is not None else None,
+        tokens=total(usage_of(state), prices_of(state)),
         run_dir=str(run.root))
 
 
@@ -78,7 +83,7 @@ def _attempt_row(attempt: Attempt, baseline: str) -> str:
             f"{reason[:120]} |")
 
 
-def _token_lines(state: dict) -> list[str]:
+def _token_lines(state: StateLike) -> list[str]:
     """Tokens per round and for the run (the cost too when prices were given)."""
     turns, prices = usage_of(state), prices_of(state)
     if not turns:
@@ -93,7 +98,7 @@ def _token_lines(state: dict) -> list[str]:
     return lines + [""]
 
 
-def render_report(summary: RunSummary, state: dict) -> str:
+def render_report(summary: RunSummary, state: StateLike) -> str:
     """report.md: the outcome first, then the plan, every attempt and every critique."""
     settings, plan = settings_of(state), plan_of(state)
     attempts = attempts_of(state)
@@ -108,7 +113,8 @@ def render_report(summary: RunSummary, state: dict) -> str:
              f"- profiling (Nsight Compute): {summary.profiling_s:.0f} s, "
              f"{100 * summary.profiling_s / max(summary.spent_s, 1e-9):.1f}% of the run's wall clock (at most 10%)",
              f"- model: {settings.model or 'unknown'} {settings.sampling or ''}; backend {settings.backend}; "
-             f"{settings.candidates} candidates per round", f"- tokens: {summary.tokens.line()}", ""]
+             f"{settings.candidates} candidates per round", f"- tokens: {summary.tokens.line()}",
+             *([f"- started from: {summary.start}"] if summary.start else []), ""]
     if plan is not None:
         lines += ["## Plan", "", plan.text, ""]
     lines += ["## Attempts", "", "| id | status | speedup | model s | verify s | tokens in / out | reason |",
@@ -124,7 +130,7 @@ def render_report(summary: RunSummary, state: dict) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(run: RunDir, state: dict, run_status: str, stop_reason: str | None = None) -> RunSummary:
+def write_outputs(run: RunDir, state: StateLike, run_status: str, stop_reason: str | None = None) -> RunSummary:
     """Write best_kernel.py (when any attempt has code), result.json and report.md; return the summary."""
     best = best_of(state)
     if best is not None and best.code:

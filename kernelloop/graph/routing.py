@@ -12,7 +12,16 @@ from typing import Literal
 from langgraph.types import Send
 
 from kernelloop.agents.coder import Attempt, CoderBrief, PriorAttempt
-from kernelloop.graph.state import State, attempts_of, best_of, critiques_of, plan_of, problem_of, settings_of
+from kernelloop.graph.state import (
+    State,
+    attempts_of,
+    best_of,
+    critiques_of,
+    plan_of,
+    problem_of,
+    settings_of,
+    start_of,
+)
 from kernelloop.results import Status
 
 StopReason = Literal["target_met", "correct_unmeasured", "stopped_by_user", "budget_spent", "rounds_exhausted",
@@ -51,7 +60,10 @@ def stop_reason(state: State) -> StopReason | None:
 
 
 def coder_briefs(state: State) -> list[CoderBrief]:
-    """The next round's coder briefs: plan, hints, best so far, each lineage's last try, critique."""
+    """The next round's coder briefs: plan, hints, best so far, each lineage's last try, critique.
+
+    After round 0 (the start kernel) every coder begins from it: as the best so far when it is
+    correct, else as the attempt to fix, with its verdict and critique."""
     settings, problem, plan = settings_of(state), problem_of(state), plan_of(state)
     if plan is None:
         raise ValueError("no plan in the state: the planner must run before the coders")
@@ -61,9 +73,14 @@ def coder_briefs(state: State) -> list[CoderBrief]:
     critiques = critiques_of(state)
     critique = critiques[-1] if critiques and critiques[-1].round == next_round - 1 else None
     backend = plan.backend if settings.backend == "auto" else settings.backend
+    start = next((a for a in last if a.round == 0), None)
     briefs = []
     for index in range(settings.candidates):
-        previous = next((a for a in last if a.index == index), None)
+        if start is not None:
+            previous = None if start.status == "correct" else start
+        else:
+            previous = next((a for a in last if a.index == index), None)
+        lineage = previous or start  # whose fixes in the critique this coder reads first
         shown_best = best if best is not None and best.status == "correct" and (
             previous is None or best.id != previous.id) else None
         briefs.append(CoderBrief(
@@ -72,8 +89,9 @@ def coder_briefs(state: State) -> list[CoderBrief]:
             problem_source=problem.source, plan=plan.text, hints=list(state.get("hints") or []),
             best=PriorAttempt.of(shown_best, settings.baseline) if shown_best else None,
             previous=PriorAttempt.of(previous, settings.baseline) if previous else None,
-            others=[PriorAttempt.of(a, settings.baseline, with_code=False) for a in last if a is not previous],
-            critique=critique.for_coder(previous.id if previous else None) if critique else ""))
+            others=[PriorAttempt.of(a, settings.baseline, with_code=False) for a in last
+                    if a is not previous and a is not start],
+            critique=critique.for_coder(lineage.id if lineage else None) if critique else ""))
     return briefs
 
 
@@ -82,11 +100,20 @@ def coder_sends(state: State) -> list[Send]:
     return [Send("coder", brief.model_dump(mode="json")) for brief in coder_briefs(state)]
 
 
-def after_plan_review(state: State) -> Literal["finalize"] | list[Send]:
-    """planner/review -> coders, unless the user stopped at the plan."""
+def needs_warm_start(state: State) -> bool:
+    """A start kernel was given and is not an attempt yet."""
+    start = start_of(state)
+    return start is not None and start.has_kernel and not any(a.round == 0 for a in attempts_of(state))
+
+
+def after_plan_review(state: State) -> Literal["finalize", "warm_start"] | list[Send]:
+    """planner/review -> the start kernel (attempt 0) when one was given, else the coders; finalize
+    when the user stopped at the plan."""
     if state.get("phase") not in ("plan_reviewed",):
         raise ValueError(f"after_plan_review reached in phase {state.get('phase')!r}")
-    return "finalize" if state.get("stop_requested") else coder_sends(state)
+    if state.get("stop_requested"):
+        return "finalize"
+    return "warm_start" if needs_warm_start(state) else coder_sends(state)
 
 
 def after_critic(state: State) -> Literal["finalize", "review_round"] | list[Send]:

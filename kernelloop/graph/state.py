@@ -10,6 +10,7 @@ run directory; the state keeps their paths (relative to the run dir) and hashes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import BaseModel, Field
@@ -20,7 +21,8 @@ from kernelloop.agents.coder import Attempt
 from kernelloop.agents.critic import Critique
 from kernelloop.agents.planner import Plan, ReferenceFacts
 from kernelloop.graph.usage import Prices, TurnUsage
-from kernelloop.results import Status
+from kernelloop.results import Status, Verdict
+from kernelloop.starts import StartRecord
 
 CLEAR = {"clear": True}  # written to `drafts` by the verifier once a round's drafts are verified
 
@@ -80,6 +82,7 @@ class InputState(TypedDict):
     problem: dict  # ProblemRecord
     settings: dict  # RunSettings
     hints: NotRequired[list[str]]  # hints the coders get from the first round
+    start: NotRequired[dict]  # starts.StartRecord: the kernel attempt 0 is (solve --start); absent: from scratch
 
 
 class State(InputState, total=False):
@@ -102,40 +105,49 @@ class State(InputState, total=False):
     mark_at: float | None  # time.time() when spent_s was last brought up to date
 
 
-def settings_of(state: State) -> RunSettings:
+# What the accessors below read: a node's State, or the plain dict a checkpoint's values are
+# (`graph.get_state(...).values`, a node's `{**state, **update}`). They validate what they read.
+StateLike = Mapping[str, Any]
+
+
+def settings_of(state: StateLike) -> RunSettings:
     return RunSettings.model_validate(state["settings"])
 
 
-def problem_of(state: State) -> ProblemRecord:
+def problem_of(state: StateLike) -> ProblemRecord:
     return ProblemRecord.model_validate(state["problem"])
 
 
-def attempts_of(state: State) -> list[Attempt]:
+def start_of(state: StateLike) -> StartRecord | None:
+    return StartRecord.model_validate(state["start"]) if state.get("start") else None
+
+
+def attempts_of(state: StateLike) -> list[Attempt]:
     return [Attempt.model_validate(a) for a in state.get("attempts") or []]
 
 
-def plan_of(state: State) -> Plan | None:
+def plan_of(state: StateLike) -> Plan | None:
     return Plan.model_validate(state["plan"]) if state.get("plan") else None
 
 
-def facts_of(state: State) -> ReferenceFacts | None:
+def facts_of(state: StateLike) -> ReferenceFacts | None:
     return ReferenceFacts.model_validate(state["facts"]) if state.get("facts") else None
 
 
-def critiques_of(state: State) -> list[Critique]:
+def critiques_of(state: StateLike) -> list[Critique]:
     return [Critique.model_validate(c) for c in state.get("critiques") or []]
 
 
-def usage_of(state: State) -> list[TurnUsage]:
+def usage_of(state: StateLike) -> list[TurnUsage]:
     return [TurnUsage.model_validate(u) for u in state.get("usage") or []]
 
 
-def prices_of(state: State) -> Prices | None:
+def prices_of(state: StateLike) -> Prices | None:
     prices = settings_of(state).prices
     return Prices.model_validate(prices) if prices else None
 
 
-def best_of(state: State) -> Attempt | None:
+def best_of(state: StateLike) -> Attempt | None:
     wanted = state.get("best_id")
     return next((a for a in attempts_of(state) if a.id == wanted), None) if wanted else None
 
@@ -149,14 +161,13 @@ def rank_best(attempts: list[Attempt], baseline: str = "eager") -> Attempt | Non
 
     Ties go to the earlier attempt. Attempts without code never win.
     """
-    def key(item: tuple[int, Attempt]) -> tuple:
-        order, attempt = item
-        verdict = attempt.verdict
+    def key(item: tuple[int, Attempt, Verdict]) -> tuple:
+        order, attempt, verdict = item
         if verdict.status is Status.correct:
             speedup = attempt.speedup_vs(baseline)
             return (0, 0 if speedup is not None else 1, -(speedup or 0.0), order)
         rel_err = verdict.rel_err if verdict.rel_err is not None else float("inf")
         return (1, _FAILURE_ORDER[verdict.status], rel_err, order)
 
-    scored = [(i, a) for i, a in enumerate(attempts) if a.code and a.verdict is not None]
+    scored = [(i, a, a.verdict) for i, a in enumerate(attempts) if a.code and a.verdict is not None]
     return min(scored, key=key)[1] if scored else None

@@ -342,6 +342,8 @@ def test_baselines_only_records_timings_and_claims_no_correctness(tmp_path):
     report = result.files.report_md.read_text()
     assert "| 1_a | 1.0000 | 2.0000 | baselines timed |" in report  # columns: compile, eager
     assert result.files.plots == {}
+    assert result.summary.tokens is None and result.summary.tokens_note == "no model calls"  # not zeros
+    assert "## Tokens\n\nNo model calls.\n" in report
 
 
 def test_baselines_of_a_failing_problem_are_its_record_and_the_others_are_timed(tmp_path):
@@ -370,6 +372,7 @@ class FakeAttempt:
 @dataclass
 class FakeOutcome:
     attempts: list[FakeAttempt]
+    tokens: None = None  # the agent loop's tokens: tests/unit/test_bench_tokens.py
 
 
 def test_agent_work_records_every_attempt_with_its_time(tmp_path):
@@ -506,3 +509,16 @@ def test_cli_scores_candidates_and_prints_the_summary_json(three, tmp_path, monk
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert summary["correctness_rate"] == pytest.approx(2 / 3) and summary["mode"] == "candidates"
     assert (tmp_path / "out" / "report.md").is_file()
+
+
+def test_cli_a_worker_failure_is_one_line_and_the_rerun_resumes(three, tmp_path, monkeypatch):
+    """The sandbox or the verifier failing (not a candidate) stops bench with one line, no traceback."""
+    suite, cands = three
+    write_candidate(cands / "3_c.py", "boom")
+    monkeypatch.setattr("kernelloop.cli.bench_cmd._verifier_factory", lambda workspace: lambda d: ScriptedVerifier(d, {}))
+    result = runner.invoke(app, ["bench", str(tmp_path / "suite"), "--candidates", str(cands),
+                                 "--out", str(tmp_path / "out"), "--no-progress"])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "bench stopped on 3_c: RuntimeError: verifier bug" in lines[0], result.output
+    assert "rerun the same command" in lines[0] and "Traceback" not in result.output

@@ -1,5 +1,6 @@
 """One source of defaults: the CLI, the API, MCP, the LangChain tool, the graph's settings and the
-config file state the same budget, candidates, target, rounds and caps as kernelloop.defaults.
+config file state the same budget, candidates, target, rounds, caps and warm start (`start`) as
+kernelloop.defaults.
 
 Each entry point is read the way its users see it (a signature, a JSON schema, a click option),
 so a value typed into any of them by hand makes this fail.
@@ -42,9 +43,18 @@ def knobs(schema: dict, names: dict[str, str] | None = None) -> dict[str, tuple]
     return found
 
 
+def start_default(schema: dict):
+    """The warm start's default in a JSON schema (null: from scratch), checked present."""
+    assert "start" in schema["properties"] and "start_source" in schema["properties"]
+    return schema["properties"]["start"].get("default")
+
+
 def test_the_request_models_and_the_config_file_state_the_defaults_and_caps():
     assert knobs(SolveSettings.model_json_schema()) == EXPECTED
     assert knobs(SolveRequest.model_json_schema()) == EXPECTED
+    assert start_default(SolveSettings.model_json_schema()) == start_default(SolveRequest.model_json_schema()) \
+        == defaults.START
+    assert f"'{defaults.START_AUTO}'" in SolveSettings.model_fields["start"].description
     config = {"budget_s": "budget", "target_speedup": "target"}
     assert knobs(Settings.model_json_schema(), config) == EXPECTED
     assert SolveRequest.model_fields["backend"].default == Settings.model_fields["backend"].default == defaults.BACKEND
@@ -56,6 +66,7 @@ def test_the_api_and_the_graph_state_the_defaults():
     assert {k: parameters[k].default for k in EXPECTED} == {k: v[0] for k, v in EXPECTED.items()}
     assert (parameters["device"].default, parameters["backend"].default, parameters["baseline"].default) == (
         defaults.DEVICE, defaults.BACKEND, defaults.BASELINE)
+    assert parameters["start"].default == defaults.START
     settings = RunSettings()
     assert (settings.budget_s, settings.candidates, settings.target_speedup, settings.max_rounds) == tuple(
         v[0] for v in EXPECTED.values())
@@ -73,11 +84,13 @@ def test_the_mcp_tool_states_the_defaults_and_caps(tmp_path):
     found = anyio.run(schema)
     assert knobs(found) == EXPECTED
     assert found["properties"]["backend"]["default"] == defaults.BACKEND
+    assert start_default(found) == defaults.START
 
 
 def test_the_langchain_tool_states_the_defaults_and_caps(tmp_path):
     tool = solve_tool(workspace=tmp_path, chat_client=object())
     assert knobs(tool.args_schema.model_json_schema()) == EXPECTED
+    assert start_default(tool.args_schema.model_json_schema()) == defaults.START
 
 
 def test_the_cli_takes_its_defaults_from_the_settings_and_states_the_caps():
@@ -91,5 +104,6 @@ def test_the_cli_takes_its_defaults_from_the_settings_and_states_the_caps():
     assert solve_params["max_rounds"].max == defaults.MAX_ROUNDS_LIMIT
     assert f"[default: {defaults.CANDIDATES}]" in solve_params["candidates"].help
     assert "[default: 1.2x]" in solve_params["target"].help and parse_target("1.2x") == defaults.TARGET_SPEEDUP
+    assert solve_params["start"].default == defaults.START and f"'{defaults.START_AUTO}'" in solve_params["start"].help
     fork = {p.name: p for p in command.commands["runs"].commands["fork"].params}
     assert fork["candidates"].max == defaults.MAX_CANDIDATES

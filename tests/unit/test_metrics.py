@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 
@@ -121,3 +122,27 @@ def test_suspicious_speedups_are_carried_to_the_problem_and_the_report(tmp_path)
     assert summary.per_problem[0].suspicious == flagged.suspicious and summary.per_problem[1].suspicious == []
     report = write_report(tmp_path, summary).report_md.read_text()
     assert "## Suspicious results (check by hand)" in report and "- a: speedup 40.0x" in report
+
+
+def _stats(name: str, median: float, fastest: float):
+    from kernelloop.results import TimingStats
+
+    return TimingStats(name=name, median_ms=median, iqr_ms=0.001, min_ms=fastest, mean_ms=median, samples=100)
+
+
+def test_a_baseline_slowed_by_its_host_overhead_is_explained_in_the_notes():
+    """6_MatmulFP16 on the H100: compile's median 5x eager's, its fastest call the same as eager's."""
+    from kernelloop.evals.metrics import host_bound_baseline_notes
+
+    record = types.SimpleNamespace(problem="6_MatmulFP16", timings={
+        "eager": _stats("eager", 0.0102, 0.0096), "compile": _stats("compile", 0.0495, 0.0097),
+        "candidate": _stats("candidate", 0.0224, 0.0175)})
+    notes = host_bound_baseline_notes([record])
+    assert len(notes) == 1 and notes[0].startswith("6_MatmulFP16: compile reads 0.0495 ms")
+    assert "per-call host work" in notes[0]
+    # A baseline that is slower on the device too (its fastest call far above eager's) is no such case.
+    record.timings["compile"] = _stats("compile", 0.0495, 0.0400)
+    assert host_bound_baseline_notes([record]) == []
+    # Nor one whose samples are tight (its median near its fastest call).
+    record.timings["compile"] = _stats("compile", 0.0110, 0.0097)
+    assert host_bound_baseline_notes([record]) == []

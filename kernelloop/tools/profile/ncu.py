@@ -103,7 +103,7 @@ def ncu_facts(summary: NcuKernelSummary) -> NcuFacts:
     raw = {name: summary.metrics.get(metric) for name, metric in FACT_METRICS.items()}
 
     def total(*names: str) -> float | None:
-        values = [raw[name] for name in names if raw[name] is not None]
+        values = [value for value in (raw[name] for name in names) if value is not None]
         return sum(values) if values else None
 
     requests = raw["global_ld_requests"]
@@ -185,7 +185,7 @@ class NcuReport(Record):
     kernels: list[NcuKernelSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    _record_lists: ClassVar[dict[str, type]] = {"kernels": NcuKernelSummary}
+    _record_lists: ClassVar[dict[str, type[Record]]] = {"kernels": NcuKernelSummary}
 
 
 def parse_number(text: str) -> float | None:

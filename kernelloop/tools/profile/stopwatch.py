@@ -8,7 +8,7 @@ import time
 class Stopwatch:
     """Laps since creation, in seconds, each named by what just finished."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.started = self.last = time.perf_counter()
         self.laps: dict[str, float] = {}
 

@@ -255,10 +255,10 @@ def run_rounds(
         raise TimingError(f"need 1 <= min_samples <= max_samples, got {min_samples} and {max_samples}")
     if not (0 <= min_total_ms <= max_total_ms):
         raise TimingError(f"need 0 <= min_total_ms <= max_total_ms, got {min_total_ms} and {max_total_ms}")
-    candidate = names[0] if candidate is None and names else candidate
-    if names and candidate not in fns:
+    if candidate is not None and names and candidate not in fns:
         raise TimingError(f"candidate {candidate!r} is not one of {names}")
-    rounds = Rounds(fns, n_input_sets, timer, now_ms)
+    rounds = Rounds(fns, n_input_sets, timer, now_ms)  # raises when fns is empty, so names[0] exists
+    timed = names[0] if candidate is None else candidate
     rounds.warm(warmup_ms)
     samples: dict[str, list[float]] = {name: [] for name in names}
     timed_start_ms = now_ms()
@@ -266,7 +266,7 @@ def run_rounds(
         for name, values in rounds.block(1).items():
             samples[name] += values
         done = rounds.round_index
-        enough = done >= min_samples and (sum(samples[candidate]) >= min_total_ms or done >= max_samples)
+        enough = done >= min_samples and (sum(samples[timed]) >= min_total_ms or done >= max_samples)
         if enough or now_ms() - timed_start_ms >= max_total_ms:
             return samples
 

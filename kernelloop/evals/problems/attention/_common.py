@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
@@ -153,7 +153,8 @@ class FlexAttentionBaseline(nn.Module):
         super().__init__()
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        self.flex_attention = _compiled(flex_attention) if compiled else flex_attention
+        flex: Callable[..., Any] = flex_attention  # one declared type for both branches below
+        self.flex_attention = _compiled(flex) if compiled else flex
         self.create_block_mask = _compiled(create_block_mask) if compiled else create_block_mask
         self.create_static_block_mask = create_block_mask
         self._static_masks: dict[tuple, object] = {}
