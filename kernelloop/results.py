@@ -16,7 +16,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 
 def _plain(value: Any) -> Any:
@@ -36,9 +36,15 @@ class Record:
     (a field holding one record), `_record_maps` (a field holding {key: record}) and
     `_record_lists` (a field holding [record, ...])."""
 
-    _records: ClassVar[dict[str, type]] = {}
-    _record_maps: ClassVar[dict[str, type]] = {}
-    _record_lists: ClassVar[dict[str, type]] = {}
+    _records: ClassVar[dict[str, type[Record]]] = {}
+    _record_maps: ClassVar[dict[str, type[Record]]] = {}
+    _record_lists: ClassVar[dict[str, type[Record]]] = {}
+
+    if TYPE_CHECKING:
+        # Every subclass is a @dataclass; declaring the field table here (for the type checker
+        # only, so is_dataclass(Record) stays False at run time) lets dataclasses.fields and
+        # dataclasses.replace accept `cls` and `self`.
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def model_dump(self) -> dict[str, Any]:
         return _plain(self)
@@ -47,7 +53,7 @@ class Record:
         return json.dumps(self.model_dump(), indent=indent)
 
     @classmethod
-    def model_validate(cls, data: Any):
+    def model_validate(cls, data: Any) -> Self:
         if isinstance(data, cls):
             return data
         if not isinstance(data, dict):
@@ -68,10 +74,10 @@ class Record:
         return cls(**values)
 
     @classmethod
-    def model_validate_json(cls, text: str):
+    def model_validate_json(cls, text: str) -> Self:
         return cls.model_validate(json.loads(text))
 
-    def model_copy(self, update: dict[str, Any] | None = None):
+    def model_copy(self, update: dict[str, Any] | None = None) -> Self:
         return dataclasses.replace(self, **(update or {}))
 
 class Status(str, Enum):
@@ -208,7 +214,7 @@ class Measurement(Record):
     device_name: str | None = None
     phase_s: dict[str, float] = field(default_factory=dict)  # where timing's wall time went
 
-    _records: ClassVar[dict[str, type]] = {"gpu": GpuState}
+    _records: ClassVar[dict[str, type[Record]]] = {"gpu": GpuState}
 
 
 @dataclass
@@ -268,7 +274,7 @@ class Localisation(Record):
     irregular_only: bool = False  # failed only on sets whose shapes are not multiples of 16
     notes: list[str] = field(default_factory=list)
 
-    _record_lists: ClassVar[dict[str, type]] = {"worst": Element, "sets": InputSet}
+    _record_lists: ClassVar[dict[str, type[Record]]] = {"worst": Element, "sets": InputSet}
 
 
 @dataclass
@@ -370,8 +376,8 @@ class Profile(Record):
     device_name: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    _records: ClassVar[dict[str, type]] = {"roofline": RooflineFacts, "host_device": HostDevice, "gpu": GpuState}
-    _record_lists: ClassVar[dict[str, type]] = {"kernels": KernelShare, "launches": LaunchFacts, "ncu": NcuFacts}
+    _records: ClassVar[dict[str, type[Record]]] = {"roofline": RooflineFacts, "host_device": HostDevice, "gpu": GpuState}
+    _record_lists: ClassVar[dict[str, type[Record]]] = {"kernels": KernelShare, "launches": LaunchFacts, "ncu": NcuFacts}
 
     @classmethod
     def of(cls, verdict_profile: dict[str, Any] | None) -> Profile | None:
@@ -414,8 +420,8 @@ class Verdict(Record):
     isolation: str = ""  # the sandbox that judged: "bubblewrap" or "plain" (as far as a plain process allows)
     speed_source: str = ""  # where `speedup` comes from: "events (confirmed by the parent's clock)" or "parent clock"
 
-    _records: ClassVar[dict[str, type]] = {"gpu": GpuState, "localisation": Localisation}
-    _record_maps: ClassVar[dict[str, type]] = {"timings": TimingStats}
+    _records: ClassVar[dict[str, type[Record]]] = {"gpu": GpuState, "localisation": Localisation}
+    _record_maps: ClassVar[dict[str, type[Record]]] = {"timings": TimingStats}
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

@@ -6,6 +6,8 @@ timing), so a 20 s verification is not 20 s of silence; stdout carries only the 
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,13 +37,6 @@ if TYPE_CHECKING:
 console = Console(stderr=False)
 STATUS_STYLE = {"correct": "bold green", "incorrect": "bold red", "rejected": "bold magenta",
                 "compile_error": "bold yellow", "runtime_error": "bold yellow", "timeout": "bold yellow"}
-# What each job phase is, in a person's words (kernelloop.progress reports (job kind, phase)).
-PHASES = {("reference", "compile"): "making the reference outputs",
-          ("candidate", "compile"): "compiling the candidate and making its first call",
-          ("candidate", "trials"): "checking the candidate's outputs",
-          ("candidate", "timing"): "timing the candidate against the baselines",
-          ("candidate", "fresh"): "checking on fresh inputs",
-          ("baselines", "compile"): "timing the baselines"}
 
 
 @contextmanager
@@ -56,7 +51,7 @@ def showing_phases(enabled: bool = True) -> Iterator[None]:
     seen: list[str] = []
 
     def show(kind: str, phase: str) -> None:
-        words = PHASES.get((kind, phase))
+        words = progress.describe(kind, phase)
         if words is None or (seen and seen[-1] == words):
             return
         seen.append(words)
@@ -73,6 +68,54 @@ def showing_phases(enabled: bool = True) -> Iterator[None]:
     finally:
         if status is not None:
             status.stop()
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc), or None where that can't be read."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            return float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def prestart_workers(device: str, workspace: Path | None, time_it: bool) -> None:
+    """Start the verifier's sandbox workers before this process imports torch, so the three imports
+    run at once (tools/verify/workers.py); only where the device is known without torch."""
+    from kernelloop.tools.verify import workers
+    from kernelloop.workspace import workspace_dir
+
+    kind, _, index = device.partition(":")
+    if kind == "cpu" and not index:
+        workers.prestart("cpu", workspace_dir(workspace), None, time_it=False)
+    elif kind == "cuda" and (not index or index.isdigit()):
+        workers.prestart("cuda", workspace_dir(workspace), int(index or 0), time_it=time_it)
+
+
+def print_timings(verdict: Verdict) -> None:
+    """Where the verification's wall time went, phase by phase, on stderr."""
+    from kernelloop.tools.verify.verifier import PHASE_NAMES
+
+    cost = verdict.cost_s
+    rows = [("process start", "interpreter and CLI imports", cost.get("process_start_s")),
+            ("parent imports", "reading the files, the verifier, torch", cost.get("process_imports_s"))]
+    rows += [(name, words, cost.get(f"phase_{name}_s")) for name, words in PHASE_NAMES.items()]
+    rows += [("close", "sandbox workers stopped", cost.get("close_s"))]
+    wall = cost.get("wall_s") or sum(v for _, _, v in rows if v)
+    rows.append(("other", "the pool made, the verdict's own bookkeeping", wall - sum(v for _, _, v in rows if v)))
+    table = Table("phase", "s", "share", "what", box=None, padding=(0, 2))
+    for name, words, value in rows:
+        if value is not None and value > 0.0005:
+            table.add_row(name, f"{value:.2f}", f"{100 * value / wall:.0f}%" if wall else "", words)
+    table.add_row("wall", f"{wall:.2f}", "", "from process start to the verdict")
+    errors.print(table)
+    extra = {k: v for k, v in cost.items() if k in ("first_call_s", "trials_s", "baselines_import_s", "child_s")}
+    if extra:
+        errors.print("  within: " + ", ".join(f"{k} {v:.2f}" for k, v in extra.items()), highlight=False)
+    if "baselines_cached_at" in cost:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(cost["baselines_cached_at"]))
+        errors.print(f"  torch.compile baselines: cached, measured {stamp} (not compiled here)", highlight=False)
 
 
 def print_verdict(verdict: Verdict) -> None:
@@ -112,22 +155,44 @@ def verify(
                                   "and run phases"),
     workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show the phase on stderr while it works"),
+    timings: bool = typer.Option(False, "--timings", help="print where the wall time went, phase by phase (stderr); "
+                                 "--json has it in cost_s either way"),
 ) -> None:
     """Judge one candidate against its problem: correctness, rules, and speed on a GPU."""
+    entered, age = time.perf_counter(), process_age_s()
     device_flag(device)
     chosen = settings(device=device, home=workspace)
-    loaded_candidate = load_candidate(candidate, "CANDIDATE")  # first: reading it needs no torch
-    loaded_problem = load_problem(problem, "--problem")
-    from kernelloop.problem import ProblemError
-    from kernelloop.tools.verify.pool import make_pool
+    if not candidate.is_file() or not problem.is_file():  # one-line errors below; start nothing for them
+        load_candidate(candidate, "CANDIDATE")
+        load_problem(problem, "--problem")
+    prestart_workers(chosen.device, chosen.home, time_it)
+    from kernelloop.tools.verify import workers
 
+    imports_started = time.perf_counter()
     try:
-        with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
-                                                 time_it=time_it, compile_timeout_s=timeout,
-                                                 run_timeout_s=timeout) as pool:
-            verdict = pool.verify(loaded_candidate, loaded_problem)
-    except (ProblemError, ValueError) as exc:  # the problem failed itself, or no such device here
-        fail_usage(str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        loaded_candidate = load_candidate(candidate, "CANDIDATE")  # reading it needs no torch
+        loaded_problem = load_problem(problem, "--problem")  # checking it imports torch
+        from kernelloop.problem import ProblemError
+        from kernelloop.tools.verify.pool import make_pool
+
+        imports_s = time.perf_counter() - imports_started
+        try:
+            with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
+                                                     time_it=time_it, compile_timeout_s=timeout,
+                                                     run_timeout_s=timeout) as pool:
+                verdict = pool.verify(loaded_candidate, loaded_problem)
+                closing = time.perf_counter()
+        except (ProblemError, ValueError) as exc:  # the problem failed itself, or no such device here
+            fail_usage(str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    finally:
+        workers.discard()  # prestarted workers no verifier took (a file that does not load, say)
+    now = time.perf_counter()
+    # The process around the verification: its start (interpreter, CLI imports, reading the files,
+    # starting the workers), the parent's own imports, and stopping the workers.
+    verdict.cost_s.update(process_start_s=(age or 0.0) + imports_started - entered, process_imports_s=imports_s,
+                          close_s=now - closing, wall_s=(age or 0.0) + now - entered)
+    if timings:
+        print_timings(verdict)
     if json_out:
         print(verdict.model_dump_json())
     else:

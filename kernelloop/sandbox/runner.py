@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import kernelloop
 from kernelloop import progress
@@ -34,6 +35,10 @@ from kernelloop.sandbox.safe_io import JobDir, read_tail
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on
 PRELOAD_ENV = "KERNELLOOP_PRELOAD"  # passed through: 0 leaves the job module's preloads to each child
+# Set for the zygote (comma-separated module names): what it imports before it says it is ready,
+# and what it imports in the background once its first child is forked (for later jobs only).
+PRELOAD_NOW_ENV = "KERNELLOOP_WORKER_PRELOAD"
+PRELOAD_LATER_ENV = "KERNELLOOP_WORKER_PRELOAD_LATER"
 # Variables a child may see; everything else (API keys, tokens, cloud credentials, the
 # user's shell state) is dropped. Secret-looking names are dropped even if listed here.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
@@ -74,7 +79,8 @@ def cache_env(cache_dir: Path) -> dict[str, str]:
             "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"), "XDG_CACHE_HOME": str(cache_dir / "xdg")}
 
 
-def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None) -> dict[str, str]:
+def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None, preload: Sequence[str] = (),
+                 preload_later: Sequence[str] = ()) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k in ENV_ALLOWLIST and not any(marker in k.upper() for marker in SECRET_MARKERS)}
     package_root = str(Path(kernelloop.__file__).resolve().parents[1])
@@ -83,6 +89,7 @@ def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None) -> 
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[DEVICE_ENV] = device  # the job module may preload what this device's jobs need
+    env[PRELOAD_NOW_ENV], env[PRELOAD_LATER_ENV] = ",".join(preload), ",".join(preload_later)
     if device == "cuda":  # is_available() by NVML: a zygote that asks stays fork-safe for CUDA
         env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     if device == "cpu":
@@ -107,12 +114,17 @@ class Zygote:
     which workers of one host may share. per_job_cache: each job gets its own caches in its job
     dir instead, so nothing one job compiles or writes there can reach the next (candidates).
     read_only: dirs the jobs may read but not write, where bubblewrap works.
+    preload: modules the zygote imports before it is ready (every job of this worker needs them);
+    preload_later: modules it imports in the background once its first child is forked, for later
+    jobs only (the first job does not wait for them). wait: False returns at once, with the
+    zygote still starting; the first use (or `wait_ready()`) waits for it, so several start together.
     """
 
     def __init__(self, job_module: str, device: str, work_dir: Path, gpu_index: int | None = None,
                  hide: Sequence[Path] = (), isolation: str | None = None, limits: ChildLimits | None = None,
                  standby: bool = True, cache_dir: Path | None = None, read_only: Sequence[Path] = (),
-                 per_job_cache: bool = False):
+                 per_job_cache: bool = False, preload: Sequence[str] = (), preload_later: Sequence[str] = (),
+                 wait: bool = True):
         self.device = device
         self.per_job_cache = per_job_cache
         self.work_dir = Path(work_dir).resolve()
@@ -129,37 +141,67 @@ class Zygote:
         if self.mounts:
             command = bubblewrap_argv(self.mounts, self.work_dir) + command
         self._log = (self.work_dir / "zygote.log").open("ab")
-        started = time.perf_counter()
+        self._started = time.perf_counter()
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env=scrubbed_env(device, self.cache_dir, gpu_index), cwd=self.work_dir,
+            env=scrubbed_env(device, self.cache_dir, gpu_index, preload, preload_later), cwd=self.work_dir,
             start_new_session=True,  # Ctrl-C in the terminal reaches us, not the zygote mid-job
         )
         self._buffer = b""
+        self.start_s: float | None = None  # seconds from launch to ready, once ready
+        self.import_s = 0.0
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> float:
+        """Wait until the zygote has imported its modules; returns how long this call waited."""
+        if self.start_s is not None:
+            return 0.0
+        waited = time.perf_counter()
         hello = self._read_message(timeout_s=300)
         if hello is None or not hello.get("ready"):
+            self.start_s = -1.0  # never again: close() and alive() must not wait for a hello
             self.close()
             last = read_tail(self.work_dir / "zygote.log", 300).strip().splitlines()
             raise SandboxError(f"the sandbox worker did not start ({self.mode}"
                                f"{': ' + last[-1] if last else ''}); see {self.work_dir / 'zygote.log'}")
-        self.start_s = time.perf_counter() - started
+        self.start_s = time.perf_counter() - self._started
         self.import_s = float(hello.get("import_s", 0.0))
+        return time.perf_counter() - waited
+
+    @property
+    def ready(self) -> bool:
+        return self.start_s is not None and self.start_s >= 0
 
     @property
     def own_pid_namespace(self) -> bool:
         """Job pids are the sandbox's own (bubblewrap), not the host's: only the zygote may signal them."""
         return self.mode == "bubblewrap"
 
+    @property
+    def _stdin(self) -> IO[bytes]:
+        """The zygote's stdin: a pipe, as Popen was asked for (stdin=PIPE), so never None."""
+        if self.proc.stdin is None:
+            raise RuntimeError("the sandbox worker has no stdin pipe")
+        return self.proc.stdin
+
+    @property
+    def _stdout(self) -> IO[bytes]:
+        """The zygote's stdout: a pipe, as Popen was asked for (stdout=PIPE), so never None."""
+        if self.proc.stdout is None:
+            raise RuntimeError("the sandbox worker has no stdout pipe")
+        return self.proc.stdout
+
     def _read_message(self, timeout_s: float | None) -> dict | None:
         """Next JSON line from the zygote, or None on timeout or EOF."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            selector.register(self._stdout, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if remaining == 0.0 or not selector.select(remaining):
                     return None
-                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                chunk = os.read(self._stdout.fileno(), 65536)
                 if not chunk:
                     return None
                 self._buffer += chunk
@@ -184,6 +226,7 @@ class Zygote:
         forward-only phases (`phases`, after "compile"), the timeouts, and at the end its outcome.
         `file_size_bytes`: the largest file the job must be able to write, where that is over the
         default limit (a multi-GB output)."""
+        self.wait_ready()
         if not self.alive():
             raise SandboxError("the sandbox worker has exited")
         if self.mounts and self.work_dir not in Path(job_dir).resolve().parents:
@@ -226,8 +269,8 @@ class Zygote:
                           notes=notes, ended_at=time.time())
 
     def _send(self, message: dict) -> None:
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
+        self._stdin.write((json.dumps(message) + "\n").encode())
+        self._stdin.flush()
 
     def _stage_inputs(self, job: dict) -> dict:
         """Files the job names (`*_path` keys) that the sandbox hides (a problem in the workspace,
@@ -268,9 +311,18 @@ class Zygote:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the zygote (it ends its standby and exits once its stdin closes). wait=False only
+        tells it to, so several stop at once; a later close() waits."""
+        if self.proc.poll() is None and not self.ready:  # still importing (or failed): nothing of a job to wind down
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if self.proc.poll() is None and not self._stdin.closed:
+            self._stdin.close()
+        if not wait:
+            return
         if self.proc.poll() is None:
-            self.proc.stdin.close()
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -304,6 +356,13 @@ class JobSession:
         self.timed_out = False
         self.outcome = ended
         self.kind = "job"  # the job's kind ('candidate', 'reference', ...), for progress reports
+
+    @property
+    def _job_pid(self) -> int:
+        """The job's pid, to kill its group: only a session that ended as it began has none, and it is never killed."""
+        if self.pid is None:
+            raise RuntimeError("a job session with no pid was asked to kill its job")
+        return self.pid
 
     @property
     def ended(self) -> bool:
@@ -344,7 +403,7 @@ class JobSession:
             self.waited_s += spent
             if message is None:
                 if not self.zygote.alive():  # the candidate killed its parent: end its group, report, restart later
-                    self.zygote._kill_group(self.pid)
+                    self.zygote._kill_group(self._job_pid)
                     self.notes.append("the sandbox worker died while the job ran")
                     self.exit_code = -signal.SIGKILL
                 continue
@@ -376,7 +435,7 @@ class JobSession:
     def _kill_and_reap(self) -> None:
         """Kill the job's group and wait for the zygote to report its exit; lines the job wrote
         before it died are dropped."""
-        self.zygote._kill_group(self.pid)
+        self.zygote._kill_group(self._job_pid)
         message = self.zygote._read_message(timeout_s=KILL_WAIT_S)
         while message is not None and "exit" not in message:
             message = self.zygote._read_message(timeout_s=KILL_WAIT_S)

@@ -11,6 +11,12 @@ the last job or waits for a model; the job then goes to it through a pipe. So a 
 holds no context creation, and a fresh process with nothing of any earlier job still runs each
 job. Nothing overlaps a running job: the standby is forked only after the last child is reaped.
 
+Preloads: the modules named in $KERNELLOOP_WORKER_PRELOAD are imported before the zygote says it
+is ready (every job of this worker needs them); those in $KERNELLOOP_WORKER_PRELOAD_LATER are
+imported in a background thread once the first child is forked, for later jobs only, so the first
+job never waits for them. No fork happens while that thread runs (a child forked mid-import could
+inherit a held import lock): the zygote joins it first. KERNELLOOP_PRELOAD=0 turns both off.
+
 Protocol: one JSON job per line on stdin; for each job it answers `{"pid": N}` once a child has
 it and `{"exit": code}` once the child is reaped (a negative code is the signal that killed it).
 While a job runs the parent may send `{"kill": N}`: the zygote SIGKILLs that child's process
@@ -37,6 +43,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -179,7 +186,8 @@ def _parents() -> dict[int, int]:
 
 
 def _descendants() -> set[int]:
-    parents, tree, frontier = _parents(), set(), {os.getpid()}
+    tree: set[int] = set()
+    parents, frontier = _parents(), {os.getpid()}
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - tree
         tree |= frontier
@@ -352,6 +360,48 @@ def _wait_for_child(pid: int, lines: _Lines, relay: _Relay) -> int:
         relay.close()
 
 
+def _modules(variable: str) -> list[str]:
+    if os.environ.get("KERNELLOOP_PRELOAD", "1") == "0":
+        return []
+    return [name for name in os.environ.get(variable, "").split(",") if name.strip()]
+
+
+def _import_all(names: list[str]) -> None:
+    import importlib
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a job that needs it meets the error itself
+            import traceback
+
+            traceback.print_exc()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():  # a fork of this process could not use CUDA
+        raise RuntimeError(f"CUDA was initialised while the sandbox worker imported {names}")
+
+
+class _Later:
+    """Imports for later jobs in a background thread, joined before every fork."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.names and self.thread is None:
+            self.thread = threading.Thread(target=_import_all, args=(self.names,), daemon=True)
+            self.thread.start()
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():  # no fork of this process could use CUDA now
+                print(f"kernelloop: CUDA was initialised while the sandbox worker imported {self.names}", file=sys.stderr)
+                os._exit(70)
+
+
 def main() -> None:
     started = time.perf_counter()
     # The protocol gets its own copy of stdout; fd 1 then points at stderr so stray prints
@@ -366,6 +416,8 @@ def main() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     module = importlib.import_module(sys.argv[1])
+    _import_all(_modules("KERNELLOOP_WORKER_PRELOAD"))
+    later = _Later(_modules("KERNELLOOP_WORKER_PRELOAD_LATER"))
 
     protocol.write(json.dumps({"ready": True, "pid": os.getpid(),
                                "import_s": time.perf_counter() - started}) + "\n")
@@ -374,13 +426,18 @@ def main() -> None:
     # --no-standby: each job's child is forked (and prepared) only once the job has come.
     ahead = "--no-standby" not in sys.argv[2:]
     standby = _Standby(prepare, module.run_job) if ahead else None
+    if standby is not None:
+        later.start()
     while (line := lines.next()) is not None:
         job = json.loads(line) if line.strip() else {}
         if "kind" not in job:  # a blank line, or a kill that came after its job ended
             continue
         if standby is None:
+            later.join()
             standby = _Standby(prepare, module.run_job)
+            later.start()
         if not standby.take(job):  # prepare() crashed or hung: this job gets a child that skips it
+            later.join()
             standby = _Standby(None, module.run_job)
             standby.take(job)
         pid, relay, standby = standby.pid, _Relay(standby, protocol), None
@@ -389,11 +446,22 @@ def main() -> None:
         if lines.closed:  # the parent is gone: nobody to tell
             return
         protocol.write(json.dumps({"exit": code}) + "\n")
+        if select.select([lines.fd], [], [], 0)[0]:  # the parent may be closing us already: no standby then
+            lines.fill()
+        if lines.closed and lines.pending() is None:
+            break
         if ahead:
+            later.join()
             standby = _Standby(prepare, module.run_job)  # prepares while the parent judges
     if standby is not None:
         standby.dismiss()
+    later.join()
 
 
 if __name__ == "__main__":
     main()
+    # Skip the interpreter's teardown (a second or more with torch imported): nothing is left to
+    # flush but the protocol, and the parent waits for this exit.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

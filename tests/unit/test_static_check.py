@@ -255,3 +255,9 @@ def test_a_tensor_subclass_torch_function_is_left_to_the_runtime_check():
                 "        with torch.DisableTorchFunctionSubclass():\n            return func(*args, **(kwargs or {}))")
     assert first_violation(subclass) is None
     assert first_violation(subclass.replace("(torch.Tensor)", "")).startswith("monkeypatch")
+
+
+def test_a_module_attribute_as_a_comprehension_target_is_a_monkeypatch_not_a_crash():
+    """`[0 for torch.y in ...]` writes torch.y; an ast.comprehension has no line of its own."""
+    reason = first_violation("import torch\nx = [0 for torch.y in range(3)]\n")
+    assert reason is not None and reason.startswith("monkeypatch: assignment to torch.y at line 2"), reason

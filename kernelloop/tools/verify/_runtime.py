@@ -29,7 +29,7 @@ NON_COMPUTE_OPS = frozenset({
 class OpRecorder(TorchDispatchMode):
     """Records the aten ops a forward dispatches (names without overload)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
 

@@ -19,27 +19,26 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
 
 from kernelloop.errors import error_line
 from kernelloop.sandbox.channel import Channel, ChannelClosed
-from kernelloop.sandbox.runner import DEVICE_ENV, PRELOAD_ENV
+from kernelloop.sandbox.runner import DEVICE_ENV, PRELOAD_NOW_ENV
 
-# Modules jobs need, imported once here in the zygote rather than in each forked child: the
-# launch counter's (every candidate job, about 0.3 s) and, on GPU workers, the compiler every
-# timing job's torch.compile baseline uses (seconds). On GPU workers importing them asks
-# torch.cuda.is_available(), which would initialise CUDA here and leave the forks unable to use it,
-# unless it asks NVML instead: the runner sets PYTORCH_NVML_BASED_CUDA_CHECK=1 for them.
+# Modules jobs need, which the Verifier has the zygote import once rather than each forked child
+# (sandbox/zygote.py: $KERNELLOOP_WORKER_PRELOAD before it is ready, ..._LATER in the background):
+# the launch counter's (every candidate job, about 0.3 s) and, on GPU workers that time, the
+# compiler the torch.compile baseline uses (seconds: the trusted worker only, and in the
+# background, so the first verification never waits for it). On GPU workers importing them asks
+# torch.cuda.is_available(), which would initialise CUDA there and leave the forks unable to use
+# it, unless it asks NVML instead: the runner sets PYTORCH_NVML_BASED_CUDA_CHECK=1 for them.
 # KERNELLOOP_PRELOAD=0 leaves the imports to each child (GPU workers: to the standby's prepare()).
-_LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
-_COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
+LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
 _GPU_WORKER = os.environ.get(DEVICE_ENV) == "cuda"
-if os.environ.get(PRELOAD_ENV, "1") != "0":
-    for _name in _LAUNCH_COUNTER_MODULES + (_COMPILER_MODULES if _GPU_WORKER else ()):
-        importlib.import_module(_name)
 if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
     raise RuntimeError("CUDA was initialised while the sandbox worker imported its modules")
 
@@ -52,13 +51,16 @@ from kernelloop.tools.verify.compare import flatten_outputs
 from kernelloop.tools.verify.reference_job import run_reference
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
 
+if TYPE_CHECKING:  # imported where timing is set up, not when the child starts
+    from kernelloop.tools.profile.timing import Rounds
+
 
 class LaunchCounter:
     """Counts launches of the candidate's own kernels: Triton JIT/interpreted functions and
     functions of extensions built with load_inline. Installed before the candidate is imported;
     what it counts is a claim (the candidate shares this process)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.launches: Counter[str] = Counter()
         self.facts: dict[str, dict[str, Any]] = {}  # per own Triton kernel, as first launched: grid, warps, registers
         # The decoy checks: "skip", Triton launches do nothing; "perturb", every floating tensor a
@@ -261,7 +263,8 @@ def prepare() -> None:
     torch.mm(ones, ones)
     torch.cuda.synchronize()
     steps.lap("prepare_context_s")
-    missing = [name for name in _COMPILER_MODULES + _LAUNCH_COUNTER_MODULES if name not in sys.modules]
+    wanted = [name for name in os.environ.get(PRELOAD_NOW_ENV, "").split(",") if name]
+    missing = [name for name in wanted if name not in sys.modules]
     for name in missing:
         importlib.import_module(name)
     if missing:
@@ -347,7 +350,7 @@ class _CandidateSession:
         self.overhead: dict[str, float] = {}
         self.buffers: list | None = None  # the device inputs the fresh check writes new values into
         self.specs: list[list] = job.get("output_specs") or []  # per input set: [shape, dtype] of each output
-        self.timing = None
+        self.timing: Rounds | None = None  # set by the parent's "time" request (setup_timing)
         self.shuffled = False
 
     def _specs(self, index: int) -> list:
@@ -369,11 +372,11 @@ class _CandidateSession:
             if kind == "time":
                 self.channel.send({"time": self.setup_timing()})
             elif kind == "block":
-                self.channel.send({"block": {"samples_ms": self.timing.block(int(request["block"]["rounds"]))}})
+                self.channel.send({"block": {"samples_ms": self._rounds().block(int(request["block"]["rounds"]))}})
             elif kind == "back":
                 from kernelloop.tools.profile.timing import back_to_back
 
-                back_to_back(self.timing.fns[CANDIDATE], len(self.timing_sets), int(request["back"]["calls"]))
+                back_to_back(self._rounds().fns[CANDIDATE], len(self.timing_sets), int(request["back"]["calls"]))
                 self.channel.send({"back": {}})
             elif kind == "profile":
                 self.channel.send({"profile": self.profile()})
@@ -430,6 +433,12 @@ class _CandidateSession:
             self.counter.mode = None
             self.counter.restore()  # the model's own parameters among them
         return None if found else out
+
+    def _rounds(self) -> Rounds:
+        """The timing rounds: the parent asks "time" (setup_timing) before "block" or "back"."""
+        if self.timing is None:
+            raise RuntimeError("asked to time before the timing was set up (no \"time\" request came first)")
+        return self.timing
 
     def setup_timing(self) -> dict[str, Any]:
         from kernelloop.tools.profile.timing import cuda_rounds

@@ -52,7 +52,9 @@ class _Counts:
         self.rows = numel // cols if cols else 0
         self.bad = self.nonfinite = 0
         self.nan = self.inf = False
-        self.first_bad = self.last_bad = self.first_nonfinite = None
+        self.first_bad: int | None = None
+        self.last_bad: int | None = None
+        self.first_nonfinite: int | None = None
         self.gcd = 0
         zeros = lambda n: torch.zeros(n, dtype=torch.int64, device=device) if 0 < n <= COUNT_LIMIT else None  # noqa: E731
         self.row_counts = zeros(self.rows) if cols > 1 and self.rows > 1 else None
@@ -156,8 +158,12 @@ def _fill(loc: Localisation, c: _Counts, shape: list[int], flat_out: torch.Tenso
                  for e, i in zip(c.worst_err.tolist(), c.worst_at.tolist(), strict=True) if e > 0]
     if not c.bad:
         return
+    if c.first_bad is None or c.last_bad is None:  # add() sets both wherever it counts a bad element
+        raise RuntimeError("localise: bad elements counted but no first or last one kept")
     if c.nonfinite:
         loc.nonfinite_kind = "NaN and inf" if c.nan and c.inf else "inf" if c.inf else "NaN"
+        if c.first_nonfinite is None:  # add() sets it wherever it counts a non-finite element
+            raise RuntimeError("localise: non-finite elements counted but no first one kept")
         loc.first_nonfinite = _unravel(c.first_nonfinite, shape)
     if c.rel:
         loc.median_rel_err = float(torch.cat(c.rel).median())
@@ -188,14 +194,17 @@ def _fold(residues: torch.Tensor, size: int) -> torch.Tensor:
 def _blocks_of(loc: Localisation, c: _Counts) -> None:
     """Bad elements only at one or two positions of every block of some power of two: the largest
     such block (positions 127 of 128 read 15 of 16 too: the largest is the kernel's)."""
-    smallest = torch.nonzero(_fold(c.residues, MIN_BLOCK)).flatten()
+    residues = c.residues
+    if residues is None:  # the caller checks: kept only where the output is small enough to count
+        raise RuntimeError("localise: no residue counts to find blocks in")
+    smallest = torch.nonzero(_fold(residues, MIN_BLOCK)).flatten()
     if not 0 < smallest.numel() <= 2:
         return
     size = MIN_BLOCK
-    while size * 2 <= MAX_RESIDUE_BLOCK and torch.count_nonzero(_fold(c.residues, size * 2)) == smallest.numel():
+    while size * 2 <= MAX_RESIDUE_BLOCK and torch.count_nonzero(_fold(residues, size * 2)) == smallest.numel():
         size *= 2
     loc.block = size
-    loc.block_positions = torch.nonzero(_fold(c.residues, size)).flatten().tolist()
+    loc.block_positions = torch.nonzero(_fold(residues, size)).flatten().tolist()
 
 
 def _tiles(loc: Localisation, c: _Counts) -> None:

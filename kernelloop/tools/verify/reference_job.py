@@ -6,6 +6,8 @@ Model once, and then answers the parent on its channel:
   make      inputs for the seeds the parent drew (secret to the candidate), and the reference's
             outputs on them; inputs and outputs go to separate files, and only the inputs file
             ever reaches the candidate's job
+  warm_up   import the compiler the torch.compile baseline needs (the parent asks ahead, while the
+            candidate compiles and runs its trials; CPU only, nothing on the device)
   timing    eager, torch.compile and the problem's own baselines, set up on the last inputs made
   block     rounds of those baselines, timed with events (GPU)
   back      back-to-back calls of eager, which the parent times with its own clock
@@ -16,6 +18,7 @@ verdict is decided from (docs/architecture.md, "The verifier and its trust bound
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +118,7 @@ class ReferenceJob:
         return {"input_bytes": _nbytes(inputs), "output_bytes": _nbytes(outputs)}
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
-        from kernelloop.tools.profile.measure import baseline_callables, roofline_of
+        from kernelloop.tools.profile.measure import AUTOTUNE, COMPILE, baseline_callables, roofline_of
         from kernelloop.tools.profile.timing import cuda_rounds
 
         # The baselines are built (and torch.compile'd) once per problem; each verification puts its
@@ -123,8 +126,12 @@ class ReferenceJob:
         fresh_sets = [to_device(inputs, self.device) for inputs in self.last_sets]
         if self._timing is None or len(fresh_sets) != len(self.sets):
             self.sets = fresh_sets
-            fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
-                                                                 self.full_baselines)
+            skip = set(request.get("skip") or ())
+            if {COMPILE, AUTOTUNE} & skip:  # timed before, kept by the parent (trusted_cache.py): not compiled here
+                fns, self.compile_s, self.eager = uncompiled_baselines(self.problem, self.device, self.sets, INIT_SEED)
+            else:
+                fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
+                                                                     self.full_baselines)
             self._timing = cuda_rounds(fns, len(self.sets))
             self.roofline = roofline_of(self.eager, self.sets)
         else:
@@ -132,6 +139,18 @@ class ReferenceJob:
         hold_ms = self._timing.warm()
         return {"names": list(self._timing.fns), "compile_s": self.compile_s, "hold_ms": hold_ms,
                 "roofline": self.roofline, "device_name": torch.cuda.get_device_name()}
+
+    def warm_up(self, request: dict[str, Any]) -> dict[str, Any]:
+        import importlib
+        import sys
+
+        from kernelloop.tools.verify.harness import COMPILER_MODULES
+
+        started = time.perf_counter()
+        missing = [name for name in COMPILER_MODULES if name not in sys.modules]
+        for name in missing:
+            importlib.import_module(name)
+        return {"imported": missing, "import_s": time.perf_counter() - started}
 
     def block(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"samples_ms": self._timing.block(int(request["rounds"]))}
@@ -143,6 +162,28 @@ class ReferenceJob:
         return {}
 
 
+def uncompiled_baselines(problem, device: str, sets: list[list], init_seed: int) -> tuple[dict, dict, Any]:
+    """measure.baseline_callables without the torch.compile ones: eager and the problem's own."""
+    from kernelloop.tools.profile.measure import EAGER
+
+    torch.manual_seed(init_seed)
+    eager = problem.Model(*problem.get_init_inputs()).to(device).eval()
+    fns: dict[str, Any] = {EAGER: lambda i: eager(*sets[i])}
+    compile_s: dict[str, float] = {}
+    for name, baseline in dict(problem.get_baselines() if hasattr(problem, "get_baselines") else {}).items():
+        if isinstance(baseline, type):  # an nn.Module class, built like Model
+            torch.manual_seed(init_seed)
+            baseline = baseline(*problem.get_init_inputs())
+        if isinstance(baseline, torch.nn.Module):
+            baseline = baseline.to(device).eval()
+        started = time.perf_counter()
+        baseline(*sets[0])
+        torch.cuda.synchronize()
+        compile_s[name] = time.perf_counter() - started
+        fns[name] = (lambda b: lambda i: b(*sets[i]))(baseline)
+    return fns, compile_s, eager
+
+
 def _nbytes(values: list) -> int:
     return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
@@ -150,7 +191,7 @@ def _nbytes(values: list) -> int:
 def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     reference = ReferenceJob(job)
     handlers = {"make": reference.make, "timing": reference.setup_timing, "block": reference.block,
-                "back": reference.back_to_back}
+                "back": reference.back_to_back, "warm_up": reference.warm_up}
     channel.send({"ready": reference.sizes()})
     while True:
         request = channel.receive()

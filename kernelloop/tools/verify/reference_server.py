@@ -49,19 +49,45 @@ class ReferenceServer:
                                                 file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
         self.ops: list[str] = []
         self.warnings: list[str] = []
+        self._ahead: list[str] = []  # requests sent ahead whose answers have not been read yet
+        self._answers: dict[str, dict] = {}
         sizes = self.ask("ready", None)
         # Bytes of one input set and its output (None: unknown until a set is made)
         self.input_bytes, self.output_bytes = sizes.get("input_bytes"), sizes.get("output_bytes")
 
-    def ask(self, kind: str, request: dict | None) -> dict:
-        """Send one request (or none, for `ready`) and wait for its answer."""
+    def send_ahead(self, kind: str, request: dict) -> None:
+        """Send a request now and read its answer later (`answer(kind)`, or before the next `ask`):
+        the job works on it while the parent does something else."""
+        self.session.send({kind: request})
+        self._ahead.append(kind)
+
+    def answer(self, kind: str) -> dict | None:
+        """The answer to a request sent ahead (waiting for it), or None if none was sent."""
+        self._drain(kind)
+        return self._answers.pop(kind, None)
+
+    def _drain(self, until: str | None = None) -> None:
+        """Read the answers to requests sent ahead, in order (all of them, or up to `until`)."""
+        while self._ahead:
+            kind = self._ahead.pop(0)
+            self._answers[kind] = self._receive(kind)
+            if kind == until:
+                return
+
+    def _receive(self, kind: str) -> dict:
         self.session.restart_clock()
-        if request is not None:
-            self.session.send({kind: request})
         message = self.session.receive()
         if message is None or not isinstance(message.get(kind), dict):
             raise ProblemError(f"{self.problem.path}: the reference failed on its device: {self._why()}")
         return message[kind]
+
+    def ask(self, kind: str, request: dict | None) -> dict:
+        """Send one request (or none, for `ready`) and wait for its answer."""
+        self._drain()
+        self._answers.clear()
+        if request is not None:
+            self.session.send({kind: request})
+        return self._receive(kind)
 
     def _why(self) -> str:
         outcome: JobOutcome = self.session.finish()

@@ -126,6 +126,8 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     # side stream looks host-bound too, and the rejection tells that story.
     if host_ms and host_ms > HOST_BOUND_RATIO * event_ms + HOST_BOUND_SLACK_MS and not judgement.rejection:
         eager_host_ms = stats[EAGER].host_ms_per_call if EAGER in stats else None
+        if profile.host_device is None:  # profile_of always fills it in
+            raise RuntimeError("the candidate's profile has no host/device split")
         judgement.speed_source = profile.host_device.speed_source = PARENT_CLOCK
         profile.roofline = profiler.roofline_facts(roof, host_ms, measurement.device_name)
         judgement.speedups = {name: (eager_host_ms if name == EAGER and eager_host_ms else stats[name].median_ms) / host_ms

@@ -19,6 +19,7 @@ import re
 import tokenize
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from typing import cast
 
 from kernelloop import source_ast
 from kernelloop.results import Code
@@ -239,7 +240,7 @@ class _Aliases:
         self.paths: set[str] = set(_imported_names(tree)) | {"type"}
         self.returners: set[str] = {"type"}  # functions that return a module (or part of one)
         self.tree = tree
-        self.functions: dict[str, list[ast.AST]] = defaultdict(list)
+        self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = defaultdict(list)
         self.classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -326,8 +327,8 @@ class _Aliases:
         for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
             if self.aliased(default):
                 self.paths.add(arg.arg)
-        for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-            if self.aliased(default):
+        for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults):  # None where a keyword has no default
+            if self.aliased(kw_default):
                 self.paths.add(arg.arg)
 
     def _bind_call(self, call: ast.Call) -> None:
@@ -389,9 +390,12 @@ def _override_name(node: ast.AST, tensor_methods: set[int]) -> str | None:
     return None
 
 
+_TRY_NODES: tuple[type[ast.stmt], ...] = (ast.Try, getattr(ast, "TryStar", ast.Try))  # try/except* from 3.11
+
+
 def check_try(tree: ast.Module) -> str | None:
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        if isinstance(node, _TRY_NODES):
             return (f"try/except at line {node.lineno}: a candidate may not catch errors "
                     "(it could fall back to torch); let failures surface")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in EXCEPTION_DUNDERS:
@@ -417,9 +421,10 @@ def check_monkeypatch(tree: ast.Module) -> str | None:
     for node in ast.walk(tree):
         override = _override_name(node, tensor_methods)
         if override:
-            return (f"monkeypatch: `{override}` at line {node.lineno}; a candidate may not register, "
+            # cast: _override_name names only function, class and import statements, which have a lineno
+            return (f"monkeypatch: `{override}` at line {cast(ast.stmt, node).lineno}; a candidate may not register, "
                     "override or intercept operators")
-        targets: list[ast.AST] = []
+        targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
@@ -436,7 +441,8 @@ def check_monkeypatch(tree: ast.Module) -> str | None:
                     continue
                 # The object written into: `torch` in torch.x = ..., `t` in t.x = ... after t = torch.
                 if _attribute_root(sub.value) in aliases.paths or aliases.aliased(sub.value):
-                    return (f"monkeypatch: assignment to {ast.unparse(sub)} at line {node.lineno}; "
+                    # sub's line: a comprehension (`for torch.x in ...`) has none of its own
+                    return (f"monkeypatch: assignment to {ast.unparse(sub)} at line {sub.lineno}; "
                             "a candidate may not change torch, triton or any module (or an alias of one)")
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return f"monkeypatch: `{type(node).__name__.lower()}` statement at line {node.lineno}"
@@ -447,7 +453,8 @@ def check_streams(tree: ast.Module) -> str | None:
     for node in ast.walk(tree):
         name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
         if name in STREAM_NAMES:
-            return (f"stream or thread: `{name}` at line {node.lineno}; work must run on the current "
+            # cast: a name is found only on an ast.Attribute or ast.Name, both expressions with a lineno
+            return (f"stream or thread: `{name}` at line {cast(ast.expr, node).lineno}; work must run on the current "
                     "stream so the timer sees it")
     return None
 
@@ -589,10 +596,11 @@ class _Folder:
         parts = [self.fold(value) for value in self.bindings.get(name, []) + self.items.get(name, [])]
         self.active.discard(name)
         found = [part for part in parts if part is not None]
-        self.names[name] = "".join(found) if found else None
-        if self.names[name] is not None and len(self.names[name]) > FOLD_LIMIT:
+        folded = "".join(found) if found else None
+        self.names[name] = folded
+        if folded is not None and len(folded) > FOLD_LIMIT:
             raise _TooMuchText(min(getattr(value, "lineno", 0) for value in self.bindings.get(name, [ast.Pass()])))
-        return self.names[name]
+        return folded
 
     def _call(self, node: ast.Call) -> str | None:
         func = node.func

@@ -31,7 +31,7 @@ import os
 import struct
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
@@ -77,7 +77,7 @@ def save_sets(path: str | Path, sets: list[list], extra: dict | None = None) -> 
     plain values and tensors) to `path`; returns the bytes written. Raises TensorFileError for a
     value the format can't hold (a sparse tensor, an object): before the file is opened."""
     tensors: list[torch.Tensor] = []
-    header = {"format": FORMAT, "byteorder": sys.byteorder, "tensors": [],
+    header: dict[str, Any] = {"format": FORMAT, "byteorder": sys.byteorder, "tensors": [],
               "sets": [[_encode(value, tensors, 0) for value in values] for values in _as_lists(sets)],
               "extra": _encode(dict(extra or {}), tensors, 0)}
     offset = 0
@@ -98,7 +98,8 @@ def save_sets(path: str | Path, sets: list[list], extra: dict | None = None) -> 
         handle.write(text)
         for t in tensors:
             for piece in _pieces(t, CHUNK_BYTES):
-                handle.write(_raw(piece, stage).numpy())
+                # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12 (our mypy target is 3.11)
+                handle.write(_raw(piece, stage).numpy())  # type: ignore[arg-type]
     return PREFIX.size + len(text) + offset
 
 
@@ -169,7 +170,7 @@ def _raw(piece: torch.Tensor, stage: torch.Tensor | None = None) -> torch.Tensor
 # --------------------------------------------------------------------------- reading
 
 
-def load_sets(file: BinaryIO, limit_bytes: int, device: str | torch.device = "cpu",
+def load_sets(file: io.BufferedIOBase, limit_bytes: int, device: str | torch.device = "cpu",
               expected: list[list] | None = None) -> tuple[list[list], dict]:
     """The sets and extra dict of a file opened for binary reading (from its current position).
 
@@ -200,7 +201,7 @@ def load_sets(file: BinaryIO, limit_bytes: int, device: str | torch.device = "cp
     return _fill(sets, tensors), _fill(extra, tensors)
 
 
-def _plan(file: BinaryIO, limit: int, expected: list[list] | None) -> tuple[list[_Spec], list[list], dict]:
+def _plan(file: io.BufferedIOBase, limit: int, expected: list[list] | None) -> tuple[list[_Spec], list[list], dict]:
     """The tensors to read and the values they go into, from a header checked against everything."""
     available = _size(file) - file.tell()
     if available > limit:
@@ -230,7 +231,7 @@ def _plan(file: BinaryIO, limit: int, expected: list[list] | None) -> tuple[list
     return specs, sets, extra
 
 
-def _size(file: BinaryIO) -> int:
+def _size(file: io.BufferedIOBase) -> int:
     try:
         return os.fstat(file.fileno()).st_size
     except (AttributeError, io.UnsupportedOperation):  # an in-memory file
@@ -271,7 +272,8 @@ def _check_header(header: Any) -> tuple[list[_Spec], int]:
     for index, entry in enumerate(_list(header.get("tensors"), "tensors")):
         if not isinstance(entry, dict):
             raise TensorFileError(f"tensor {index} in the header is not an object")
-        dtype = DTYPES.get(entry.get("dtype")) if isinstance(entry.get("dtype"), str) else None
+        dtype_text = entry.get("dtype")
+        dtype = DTYPES.get(dtype_text) if isinstance(dtype_text, str) else None
         if dtype is None:
             raise TensorFileError(f"tensor {index}: unknown dtype {str(entry.get('dtype'))[:40]!r}")
         shape = [_int(d, f"tensor {index}'s shape") for d in _list(entry.get("shape"), f"tensor {index}'s shape")]
@@ -294,7 +296,8 @@ class _Lookup:
     """Tensor references of the nodes, each allowed once (one tensor is one value)."""
 
     def __init__(self, specs: list[_Spec]):
-        self.specs, self.seen = specs, set()
+        self.specs = specs
+        self.seen: set[int] = set()
 
     def take(self, index: Any) -> int:
         if type(index) is not int or not 0 <= index < len(self.specs) or index in self.seen:
@@ -315,7 +318,7 @@ class _Ref:
         self.index = index
 
 
-_SCALARS = {"i": int, "f": float, "b": bool, "s": str}
+_SCALARS: dict[str, type[int] | type[float] | type[bool] | type[str]] = {"i": int, "f": float, "b": bool, "s": str}
 
 
 def _decode(node: Any, lookup: _Lookup, depth: int) -> Any:
@@ -368,7 +371,7 @@ def _check_expected(sets: list[list], specs: list[_Spec], expected: list[list]) 
                                          f"{want[0]} {want[1]} was expected")
 
 
-def _read_into(file: BinaryIO, view: memoryview) -> None:
+def _read_into(file: io.BufferedIOBase, view: memoryview) -> None:
     filled = 0
     while filled < len(view):
         try:
@@ -380,12 +383,13 @@ def _read_into(file: BinaryIO, view: memoryview) -> None:
         filled += got
 
 
-def _read_tensor(file: BinaryIO, spec: _Spec, device: torch.device, stage: torch.Tensor | None) -> torch.Tensor:
+def _read_tensor(file: io.BufferedIOBase, spec: _Spec, device: torch.device, stage: torch.Tensor | None) -> torch.Tensor:
     raw = torch.empty(spec.nbytes, dtype=torch.uint8, device=device)
     for start in range(0, spec.nbytes, CHUNK_BYTES):
         target = raw[start:start + CHUNK_BYTES]
         buffer = target if stage is None else stage[:target.numel()]
-        _read_into(file, memoryview(buffer.numpy()))
+        # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12 (our mypy target is 3.11)
+        _read_into(file, memoryview(buffer.numpy()))  # type: ignore[arg-type]
         if spec.dtype == torch.bool and int(buffer.max()) > 1:
             # Any byte but 0 and 1 is no bool torch compares sanely: a hostile file's way to confuse a check.
             raise TensorFileError("a bool tensor holds bytes other than 0 and 1")

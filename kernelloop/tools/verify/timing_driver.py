@@ -69,11 +69,19 @@ def _samples(answer: dict | None, names: list[str]) -> dict[str, list[float]] | 
     return out
 
 
-def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None) -> SpeedJudgement | str:
+def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None = None,
+                 laps=None, timed: dict | None = None) -> SpeedJudgement | str:
     """Time the candidate against its baselines on the sets the trusted job made last; a string
     when the candidate's child broke off or answered nonsense (the caller turns that into a
-    verdict). `cuda_index`: this process's index of the GPU being timed, for NVML (None: unknown)."""
-    baseline_setup = server.ask("timing", {})
+    verdict). `cuda_index`: this process's index of the GPU being timed, for NVML (None: unknown).
+    `skip`: torch.compile baselines not to compile (their times come from a cached record; the
+    trusted job builds them anyway if it already has). `laps`: a Laps to mark "baselines",
+    "timing" and "profile" on; `timed` gets the baselines timed ("timed") and their compile times."""
+    baseline_setup = server.ask("timing", {"skip": list(skip or [])})
+    if timed is not None:
+        timed.update(timed=[str(n) for n in baseline_setup.get("names") or []], compile_s=baseline_setup.get("compile_s") or {})
+    if laps is not None:
+        laps.lap("baselines")
     setup, _ = _ask(session, "time", {})
     if setup is None:
         return "the candidate's process stopped answering when timing began"
@@ -114,7 +122,11 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         answer, candidate_wall_ms = _ask(session, "back", {"calls": calls})
         if answer is None:
             return "the candidate's process stopped answering during the back-to-back check"
+    if laps is not None:
+        laps.lap("timing")
     profile, _ = _ask(session, "profile", {})
+    if laps is not None:
+        laps.lap("profile")
     claimed_profile = profile if isinstance(profile, dict) else {}
     kernels, split = claimed_profile.get("kernels"), claimed_profile.get("kernel_split")
     launches = claimed_profile.get("launches")

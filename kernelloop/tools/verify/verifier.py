@@ -18,6 +18,7 @@ import secrets
 import signal
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
@@ -26,7 +27,8 @@ from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import STATUS_OF, Code, InputSet, Status, TimingStats, Verdict, code_of, rejected
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
-from kernelloop.tools.verify import budget, interpreter_order
+from kernelloop.tools.profile.timing import speedup_from_rounds
+from kernelloop.tools.verify import budget, interpreter_order, trusted_cache, workers
 from kernelloop.tools.verify.compare import Comparison, compare_device, compare_outputs, tolerance_for
 from kernelloop.tools.verify.localise import describe, irregular, localise
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer
@@ -42,6 +44,22 @@ OUTPUT_FILE_SLACK_BYTES = 1 << 20  # a saved tensor list is its data plus a litt
 SCRUTINY_SETS = 4  # more fresh sets for a kernel under the reference's roofline
 DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed
 CANDIDATE_PHASES = ("trials", "timing", "fresh")
+
+
+class _VerdictBase(TypedDict, total=False):
+    """The Verdict fields shared by every verdict of one verification (splatted into Verdict and rejected)."""
+
+    device: str
+    own_kernels: list[str]
+    library_ops: list[str]
+    cost_s: dict[str, float]
+
+
+class _Timeouts(TypedDict, total=False):
+    """The Verifier's time limits, where a caller sets them."""
+
+    compile_timeout_s: float
+    run_timeout_s: float
 
 
 def split_device(device: str) -> tuple[str, int | None]:
@@ -124,6 +142,39 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+class Laps:
+    """Where one verification's wall time goes, phase by phase: each `lap(name)` adds the time since
+    the last lap to `name`, so the phases add up to the whole."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.s: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.s[name] = self.s.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def costs(self) -> dict[str, float]:
+        return {f"phase_{name}_s": value for name, value in self.s.items()}
+
+
+PHASE_NAMES = {  # the phases of Verdict.cost_s ("phase_<name>_s"), in order, in words
+    "precheck": "static rules",
+    "workers": "waiting for the sandbox workers to start (imports, preloads)",
+    "reference": "trusted reference job: problem import, inputs and reference outputs",
+    "candidate": "candidate's child: import, compile and first call, trials, decoy runs, saving outputs",
+    "compare": "parent: loading and comparing outputs",
+    "baselines": "trusted job: eager and torch.compile baselines set up (compile)",
+    "timing": "timing rounds and the back-to-back check, both children",
+    "profile": "candidate's profile",
+    "fresh": "fresh inputs: made, run, compared",
+    "finish": "candidate's last report and exit, clean-up",
+    "cache": "trusted job: baselines timed alone for the cross-process cache",
+}
+CACHE_ROUNDS = 50  # rounds of the baselines alone, timed for a cache record
+
+
 class Verifier:
     """Verifies candidates one at a time on one device: a warm sandbox worker for candidates, and
     another for the trusted reference job of the problem at hand."""
@@ -145,19 +196,21 @@ class Verifier:
         self.static_checks = static_checks  # off only in tests that prove the dynamic checks stand alone
         self.standby = standby  # off only to measure what a prepared child saves (benchmarks/verifier_bench.py)
         self.workspace = workspace_dir(workspace)
-        name = f"{self.device}{'' if gpu_index is None else gpu_index}"
-        self.root = self.workspace / "verifier" / name
-        # The trusted job's files (reference outputs among them) live beside, never inside, the
-        # candidates' work dir: where bubblewrap runs, the candidates' sandbox can't see them.
-        self.trusted_root = self.workspace / "verifier" / f"{name}-trusted"
-        # Compile caches: each candidate job has its own (nothing one writes reaches the next); the
-        # trusted jobs of every worker share one the candidates can't see, as the workspace is hidden.
-        self.trusted_cache_dir = self.workspace / "verifier" / f"cache-{self.device}-trusted"
+        # Where its files go, and its two workers' specs (workers.py: dirs, caches, preloads by role).
+        self.layout = workers.layout(self.device, self.workspace, gpu_index, standby, self.time_it)
+        self.root, self.trusted_root = self.layout.root, self.layout.trusted_root
+        self.trusted_cache_dir = self.layout.trusted_cache_dir
+        # Baseline timings kept across processes (trusted_cache.py): only where no candidate can write them.
+        self.baseline_cache = (trusted_cache.BaselineCache(self.layout.cache_root)
+                               if self.layout.cache_root is not None else None)
         self.compare_on = compare_device(self.device, gpu_index, gpu_compare)
         self._zygote: Zygote | None = None
         self._trusted_zygote: Zygote | None = None
         self._server: ReferenceServer | None = None
         self._parent_costs: dict[str, float] = {}
+        self._laps = Laps()
+        self._cache_state: dict = {}  # this verification's baseline-cache lookup (key, record, what to store)
+        self._conditions: dict | None = None  # what the cache key holds of this machine (GPU, driver, versions)
 
     # -- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> Verifier:
@@ -170,29 +223,41 @@ class Verifier:
         if self._server is not None:
             self._server.close(self.keep_jobs)
             self._server = None
-        for zygote in (self._zygote, self._trusted_zygote):
-            if zygote is not None:
-                zygote.close()
+        for wait in (False, True):  # both told first, so they stop at once
+            for zygote in (self._zygote, self._trusted_zygote):
+                if zygote is not None:
+                    zygote.close(wait=wait)
         self._zygote = self._trusted_zygote = None
 
-    def _worker(self, existing: Zygote | None, root: Path, trusted: bool) -> Zygote:
+    @staticmethod
+    def _worker(existing: Zygote | None, spec: workers.WorkerSpec, wait: bool = True) -> Zygote:
         if existing is not None and existing.alive():
+            if wait:
+                existing.wait_ready()
             return existing
+        if existing is not None:
+            existing.close()
         # The workspace (checkpoint DB, run dirs, the trusted job's files) is hidden from jobs where bubblewrap runs.
-        return Zygote("kernelloop.tools.verify.harness", self.device, root, self.gpu_index, hide=[self.workspace],
-                      standby=self.standby, cache_dir=self.trusted_cache_dir if trusted else None,
-                      per_job_cache=not trusted)
+        return workers.take(spec, wait=wait)
+
+    def start_workers(self) -> float:
+        """Start both sandbox workers at once, waiting for neither (the first use waits); returns
+        the seconds this took (a prestarted worker is taken as it is)."""
+        started = time.perf_counter()
+        self._trusted_zygote = self._worker(self._trusted_zygote, self.layout.trusted, wait=False)
+        self._zygote = self._worker(self._zygote, self.layout.candidate, wait=False)
+        return time.perf_counter() - started
 
     @property
     def zygote(self) -> Zygote:
         """The candidates' sandbox worker."""
-        self._zygote = self._worker(self._zygote, self.root, trusted=False)
+        self._zygote = self._worker(self._zygote, self.layout.candidate)
         return self._zygote
 
     @property
     def trusted_zygote(self) -> Zygote:
         """The sandbox worker of the reference jobs and baselines: no candidate code runs in it."""
-        self._trusted_zygote = self._worker(self._trusted_zygote, self.trusted_root, trusted=True)
+        self._trusted_zygote = self._worker(self._trusted_zygote, self.layout.trusted)
         return self._trusted_zygote
 
     def _job(self, kind: str, **fields) -> dict:
@@ -229,13 +294,24 @@ class Verifier:
     # -- candidate --------------------------------------------------------------------------
     def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
         started = time.perf_counter()
+        laps = self._laps = Laps()
+        self._cache_state = {}
         early = precheck(candidate, self.device, self.static_checks)
-        if early is not None:
+        laps.lap("precheck")
+        if early is not None:  # the same verdict the pool's pre-check gives, nothing added
             return early
+        self.start_workers()  # both at once: the candidates' worker starts while the reference is made
+        self.trusted_zygote.wait_ready()
+        laps.lap("workers")
         server = self.server(problem)
         made = server.make(secret_seeds(self.trial_count(server)), variants=True)
+        if self.time_it:  # the compiler the baselines need, imported while the candidate compiles
+            server.send_ahead("warm_up", {})
+        laps.lap("reference")
         # The reference's and the timing's share of this verification, kept out of the fixed cost.
         self._parent_costs = {"reference_s": time.perf_counter() - started, "timing_s": 0.0}
+        self.zygote.wait_ready()
+        laps.lap("workers")
         job_dir = new_job_dir(self.root / "jobs", "cand-")
         candidate_path = job_dir / "candidate.py"
         candidate_path.write_text(candidate.source)
@@ -257,6 +333,7 @@ class Verifier:
                                f"judging failed on what the candidate's process sent: {error_line(exc)[:300]}",
                                device=self.device)
         finally:
+            laps.lap({"compile": "candidate", "trials": "compare"}.get(session.phase, session.phase))
             session.send({"done": {}})  # its last report (claims, costs), if it still follows the protocol
             outcome = session.finish(wait_s=DONE_WAIT_S)
         if verdict is None:
@@ -280,7 +357,66 @@ class Verifier:
                                      - sum(candidate_costs.values()))
         if not self.keep_jobs:
             remove_job_dir(job_dir)
+        laps.lap("finish")
+        self._store_baselines(server)  # the candidate's process group is gone: the baselines are timed alone
+        laps.lap("cache")
+        verdict.cost_s.update(laps.costs())
+        verdict.cost_s["total_s"] = time.perf_counter() - started
+        if self.time_it:
+            verdict.cost_s.update(self._cache_costs())
         return verdict
+
+    # -- baselines kept across processes (trusted_cache.py) ----------------------------------
+    def cached_baselines(self, problem: Problem, specs: list) -> tuple[str | None, list[str], dict | None]:
+        """(the cache key of this problem's torch.compile baselines here, the baselines asked for,
+        their record if one was kept); no key where the trusted cache is off. `specs`: the shapes
+        and dtypes of the reference's outputs (output_specs)."""
+        asked = list(trusted_cache.CACHED_NAMES[:2 if self.full_baselines else 1])
+        if self.baseline_cache is None:
+            return None, asked, None
+        if self._conditions is None:  # once per Verifier: NVML and the versions don't change under it
+            gpu = (trusted_cache.gpu_conditions(self.compare_on.index or 0) if self.compare_on.type == "cuda"
+                   else {"gpu": self.device})
+            self._conditions = {**trusted_cache.versions(), **gpu, "full_baselines": self.full_baselines}
+        key = trusted_cache.baseline_key(problem.sha256, specs, self._conditions, asked)
+        record = self.baseline_cache.load(key)
+        complete = record is not None and all(isinstance((record.get("timings") or {}).get(n), dict) for n in asked)
+        return key, asked, record if complete else None
+
+    def _baseline_lookup(self, problem: Problem, made: Made) -> tuple[list[str], dict | None]:
+        """(the baselines to skip as cached, their record) for this verification's timing."""
+        key, asked, record = self.cached_baselines(problem, output_specs(made.outputs))
+        self._cache_state = {"key": key, "record": record, "asked": asked, "note": self.layout.cache_note}
+        return (list(asked) if record is not None else []), record
+
+    def _store_baselines(self, server: ReferenceServer) -> None:
+        """After a verification that compiled and timed the baselines with no cached record: time
+        them once more, alone (no candidate process exists now), and keep that record."""
+        state = self._cache_state
+        timed = state.get("timed") or []
+        if self.baseline_cache is None or not state.get("key") or state.get("record") is not None or \
+                not set(state.get("asked", [])) <= set(timed) or not server.alive():
+            return
+        try:
+            samples = server.ask("block", {"rounds": CACHE_ROUNDS}).get("samples_ms") or {}
+            eager = samples["eager"]
+            record = {"timings": {name: {**summarize_all({name: samples[name]})[name].model_dump(),
+                                         "over_eager": speedup_from_rounds(samples[name], eager)}
+                                  for name in state["asked"]},
+                      "eager": summarize_all({"eager": eager})["eager"].model_dump(),
+                      "compile_s": {k: v for k, v in (state.get("compile_s") or {}).items() if k in state["asked"]},
+                      "rounds": CACHE_ROUNDS, "measured_at": time.time()}
+            self.baseline_cache.store(state["key"], record)
+            state["stored"] = True
+        except (ProblemError, KeyError, TypeError, ValueError, OSError):  # no record this time; the verdict stands
+            return
+
+    def _cache_costs(self) -> dict[str, float]:
+        state = self._cache_state
+        record = state.get("record")
+        if record is not None:
+            return {"baselines_cached_at": float(record.get("measured_at", 0.0))}
+        return {"baselines_cache_stored": 1.0} if state.get("stored") else {}
 
     @staticmethod
     def _hand_over(made: Made, job_dir: Path) -> Path:
@@ -290,13 +426,13 @@ class Verifier:
 
     def _ended_early(self, outcome: JobOutcome) -> Verdict:
         """The verdict of a job that ended before the parent had what it needed."""
-        base = {"device": self.device}
+        base: _VerdictBase = {"device": self.device}
         if outcome.timed_out:
             limit = self.compile_timeout_s if outcome.phase == "compile" else self.run_timeout_s
             reason = f"timed out after {limit:g}s while {_while(outcome.phase)} (killed with its process group)"
             return Verdict(status=Status.timeout, reason=reason, code=Code.timed_out, **base)
-        result = outcome.result
-        status = result.get("status") if isinstance(result, dict) else None
+        result = outcome.result if isinstance(outcome.result, dict) else {}
+        status = result.get("status")
         if status in {s.value for s in Status} - {"correct"} and isinstance(result.get("reason"), str):
             # The child's code is a claim: kept only where it belongs to the status it reports.
             code = code_of(result.get("code"))
@@ -315,7 +451,7 @@ class Verifier:
         launches = claimed_names(trials.get("launches"))
         cand_ops = set(claimed_names(trials.get("ops")))
         library_ops = sorted(set(made.ops) & cand_ops)
-        base = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
+        base: _VerdictBase = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
         # Rules on what the candidate's process says it ran. Claims: it can only lie its way out
         # of these, never into a speed it doesn't have (speed and correctness are decided here).
         if not launches:
@@ -329,6 +465,7 @@ class Verifier:
         if self.strict and library_ops:
             return rejected(Code.library_ops_strict, f"library ops kept with --strict: {', '.join(library_ops)}", **base)
 
+        self._laps.lap("candidate")
         compare_started = time.perf_counter()
         loaded = _load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on, extra_sets=2)
         if isinstance(loaded, str):
@@ -349,13 +486,21 @@ class Verifier:
         if decoy:
             return rejected(Code.decoy_kernel, decoy, **base)
         compare_s = time.perf_counter() - compare_started
+        self._laps.lap("compare")
 
         timing_started = time.perf_counter()
+        judged = None
         if self.time_it:
             session.advance("timing")
-        # NVML reads this worker's GPU: the one this process compares on, where it has one
-        cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
-        judged = drive_timing(session, server, cuda_index) if self.time_it else None
+            warm = server.answer("warm_up") or {}
+            skip, record = self._baseline_lookup(problem, made)
+            # NVML reads this worker's GPU: the one this process compares on, where it has one
+            cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
+            judged = drive_timing(session, server, cuda_index, skip=skip, laps=self._laps, timed=self._cache_state)
+            if isinstance(warm.get("import_s"), (int, float)):
+                self._parent_costs["baselines_import_s"] = float(warm["import_s"])  # in the trusted job, overlapped
+            if record is not None and isinstance(judged, SpeedJudgement):
+                judged = with_cached_baselines(judged, record)
         self._parent_costs["timing_s"] = time.perf_counter() - timing_started if self.time_it else 0.0
         if isinstance(judged, str):  # the child broke off while being timed
             return None
@@ -363,6 +508,7 @@ class Verifier:
         # A kernel faster than the reference's own work could be is judged on more sets (it may
         # exploit structure honestly, or skip work that the trial values happened not to need).
         extra = SCRUTINY_SETS if judged is not None and not isinstance(judged, str) and judged.less_work_than_reference else 0
+        self._laps.lap("timing")
         fresh_started = time.perf_counter()
         fresh_made = server.make(secret_seeds(1 + extra), variants=False)
         self._parent_costs["reference_s"] += time.perf_counter() - fresh_started
@@ -461,6 +607,25 @@ class Verifier:
                 "roofline": measured["roofline"], "gpu": measured["gpu"], "device_name": measured["device_name"]}
 
 
+def with_cached_baselines(judged: SpeedJudgement, record: dict) -> SpeedJudgement:
+    """A judgement whose torch.compile baselines were not run here: their times from the record,
+    and the speedup over each this run's speedup over eager (paired rounds) times the record's
+    baseline/eager ratio (its own paired rounds), labelled as cached."""
+    when = trusted_cache.describe(record)
+    for name, stats in (record.get("timings") or {}).items():
+        if name in judged.timings or not isinstance(stats, dict):
+            continue
+        fields = {k: v for k, v in stats.items() if k in TimingStats.__dataclass_fields__}
+        judged.timings[name] = TimingStats.model_validate(fields)
+        ratio = stats.get("over_eager")
+        if judged.speedup is not None and isinstance(ratio, (int, float)) and ratio > 0:
+            judged.speedups[name] = judged.speedup * float(ratio)
+        judged.warnings.append(f"{name} baseline: {when} on the same problem source, GPU, driver, torch and triton "
+                               f"(not compiled in this verification; its speedup is this run's speedup over eager times "
+                               f"the recorded {name}/eager ratio)")
+    return judged
+
+
 def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
     """Attach timings and cross-checks to a correct verdict; a failed cross-check rejects it."""
     verdict.timings, verdict.speedups, verdict.speedup = judged.timings, judged.speedups, judged.speedup
@@ -498,7 +663,7 @@ def _load_outputs(held: JobDir, name: str, like: list[list], device: torch.devic
     return sets, extra
 
 
-def _incorrect(comparison: Comparison, reason: str, code: Code, trials: int, located, base: dict) -> Verdict:
+def _incorrect(comparison: Comparison, reason: str, code: Code, trials: int, located, base: _VerdictBase) -> Verdict:
     """An incorrect verdict with where it is wrong: its facts go to the coder in the feedback."""
     facts = describe(located) if located is not None else []
     feedback = reason + ("\n\nWhere it is wrong:\n" + "\n".join(f"- {line}" for line in facts) if facts else "")
@@ -550,7 +715,7 @@ def _feedback(reason: str, outcome: JobOutcome) -> str:
 def verify(candidate: Candidate, problem: Problem, *, device: str = "auto", strict: bool = False,
            time_it: bool = True, timeout_s: float | None = None, workspace: Path | None = None) -> Verdict:
     """Verify one candidate. For many, keep one Verifier: it keeps a warm worker and cached references."""
-    limits = {} if timeout_s is None else {"compile_timeout_s": timeout_s, "run_timeout_s": timeout_s}
+    limits: _Timeouts = {} if timeout_s is None else {"compile_timeout_s": timeout_s, "run_timeout_s": timeout_s}
     with Verifier(device=device, strict=strict, time_it=time_it, workspace=workspace, **limits) as verifier:
         return verifier.verify(candidate, problem)
 

@@ -1,0 +1,240 @@
+"""The cold path: one verification in a fresh process, where its wall time goes.
+
+Each run is a fresh `python -m kernelloop.cli verify --json` (or, where the CLI's packages are
+missing, as on the bare GPU node, the same steps through the Verifier alone: `--runner bare`) in a
+fresh workspace; with `--cache reused` every run of a pair shares one trusted cache dir
+(KERNELLOOP_TRUSTED_CACHE), so the second run on shows what is reused across processes. One JSON
+line per run: the wall clock around the process, the verdict's status, and its cost_s (the phase
+split: `phase_*_s`, `process_*_s`, `close_s`, and the candidate's own first call and trials).
+
+    python benchmarks/cold_verify.py [--device cpu|cuda] [--runs 3] [--cache fresh|reused|both]
+        [--pair CANDIDATE PROBLEM ...] [--label NAME] [--out FILE.jsonl] [--src DIR]
+        [--kernelbench PATH]      (also time KernelBench's eval_kernel_against_ref, fresh processes)
+    python benchmarks/cold_verify.py --report DIR   (DIR/README.md from DIR/*.jsonl; never edit it by hand)
+
+--src runs another source tree's kernelloop (a checkout of an older commit: before/after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PAIRS = [("examples/candidates/2_SoftmaxIrregular.py", "kernelloop/evals/problems/2_SoftmaxIrregular.py"),
+                 ("examples/candidates/6_MatmulFP16.py", "kernelloop/evals/problems/6_MatmulFP16.py")]
+PHASES = ["process_start", "process_imports", "precheck", "workers", "reference", "candidate", "compare", "baselines",
+          "timing", "profile", "fresh", "finish", "cache", "close"]
+
+# The CLI's steps with the verifier alone (torch, triton, nvidia-ml-py): for a node without typer/pydantic.
+BARE = r'''
+import json, sys, time
+entered = time.perf_counter()
+from pathlib import Path
+candidate, problem, device, workspace = sys.argv[1:5]
+kind, _, index = device.partition(":")
+try:
+    from kernelloop.tools.verify import workers
+    workers.prestart(kind, Path(workspace).resolve(), int(index) if index else (0 if kind == "cuda" else None))
+except ImportError:  # a tree without prestart
+    workers = None
+imports = time.perf_counter()
+from kernelloop.problem import Candidate, Problem
+from kernelloop.tools.verify.verifier import Verifier
+c, p = Candidate.from_file(candidate), Problem.from_file(problem)
+imported = time.perf_counter()
+with Verifier(device=kind, gpu_index=int(index) if index else (0 if kind == "cuda" else None),
+              workspace=Path(workspace)) as verifier:
+    verdict = verifier.verify(c, p)
+    closing = time.perf_counter()
+now = time.perf_counter()
+verdict.cost_s.update(process_start_s=imports - entered, process_imports_s=imported - imports, close_s=now - closing)
+print(verdict.model_dump_json())
+'''
+
+# KernelBench's own evaluation of the same files, in a fresh process (its repo on sys.path).
+KERNELBENCH = r'''
+import sys, time, json
+started = time.perf_counter()
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/src"]
+try:
+    from kernelbench.eval import eval_kernel_against_ref
+except ImportError:
+    from src.eval import eval_kernel_against_ref
+import torch
+ref, new = open(sys.argv[2]).read(), open(sys.argv[3]).read()
+imported = time.perf_counter()
+result = eval_kernel_against_ref(ref, new, measure_performance=True, num_correct_trials=5, num_perf_trials=100,
+                                 build_dir=sys.argv[4], device=torch.device("cuda:0"))
+done = time.perf_counter()
+print(json.dumps({"compiled": getattr(result, "compiled", None), "correctness": getattr(result, "correctness", None),
+                  "runtime_ms": getattr(result, "runtime", None), "imports_s": imported - started,
+                  "eval_s": done - imported}))
+'''
+
+
+def cli_available(python: str) -> bool:
+    return subprocess.run([python, "-c", "import typer, pydantic_settings"], capture_output=True).returncode == 0
+
+
+def one_run(args, candidate: Path, problem: Path, cache_dir: Path | None, runner: str) -> dict:
+    workspace = Path(tempfile.mkdtemp(prefix="cold-ws-"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(args.src), os.environ.get("PYTHONPATH")) if p)}
+    env["KERNELLOOP_TRUSTED_CACHE"] = str(cache_dir) if cache_dir else "off"
+    if runner == "cli":
+        command = [args.python, "-m", "kernelloop.cli", "verify", str(candidate), "--problem", str(problem),
+                   "--device", args.device, "--workspace", str(workspace), "--json", "--no-progress"]
+    else:
+        command = [args.python, "-c", BARE, str(candidate), str(problem), args.device, str(workspace)]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=args.src, timeout=args.timeout)
+    wall = time.perf_counter() - started
+    row = {"label": args.label, "pair": candidate.stem, "cache": "reused" if cache_dir else "fresh", "runner": runner,
+           "device": args.device, "wall_s": wall, "load_1min": os.getloadavg()[0], "at": time.time()}
+    try:
+        verdict = json.loads(done.stdout.strip().splitlines()[-1])
+        row.update(status=verdict["status"], isolation=verdict.get("isolation"), cost_s=verdict.get("cost_s", {}),
+                   warnings=[w for w in verdict.get("warnings", []) if "cached" in w or "trusted cache" in w])
+    except (IndexError, ValueError, KeyError):
+        row.update(status="failed", error=(done.stderr or done.stdout)[-800:])
+    subprocess.run(["rm", "-rf", str(workspace)], check=False)
+    return row
+
+
+def kernelbench_run(args, candidate: Path, problem: Path) -> dict:
+    build = Path(tempfile.mkdtemp(prefix="kb-build-"))
+    started = time.perf_counter()
+    done = subprocess.run([args.python, "-c", KERNELBENCH, str(args.kernelbench), str(problem), str(candidate), str(build)],
+                          capture_output=True, text=True, timeout=args.timeout)
+    row = {"label": "kernelbench", "pair": candidate.stem, "cache": "fresh", "runner": "kernelbench",
+           "device": "cuda", "wall_s": time.perf_counter() - started, "load_1min": os.getloadavg()[0], "at": time.time()}
+    try:
+        row.update(json.loads(done.stdout.strip().splitlines()[-1]), status="ran")
+    except (IndexError, ValueError):
+        row.update(status="failed", error=(done.stderr or done.stdout)[-800:])
+    return row
+
+
+def measure(args) -> None:
+    runner = args.runner if args.runner != "auto" else ("cli" if cli_available(args.python) else "bare")
+    pairs = [(ROOT / c, ROOT / p) for c, p in (args.pair or DEFAULT_PAIRS)]
+    modes = ["fresh", "reused"] if args.cache == "both" else [args.cache]
+    out = open(args.out, "a") if args.out else None  # noqa: SIM115 - appended line by line
+    header = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                          "device": args.device, "label": args.label, "runner": runner}}
+    for candidate, problem in pairs:
+        for mode in modes:
+            cache_dir = Path(tempfile.mkdtemp(prefix="cold-cache-")) if mode == "reused" else None
+            for run in range(args.runs):
+                row = {**one_run(args, candidate, problem, cache_dir, runner), "run": run + 1, **header}
+                line = json.dumps(row)
+                print(line, flush=True)
+                if out:
+                    out.write(line + "\n")
+                    out.flush()
+        if args.kernelbench:
+            for run in range(args.runs):
+                line = json.dumps({**kernelbench_run(args, candidate, problem), "run": run + 1, **header})
+                print(line, flush=True)
+                if out:
+                    out.write(line + "\n")
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def report(directory: Path) -> None:
+    rows = [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()
+            if line.strip()]
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["label"], row["pair"], row["cache"], row.get("runner", "")), []).append(row)
+    machines = {json.dumps(r["machine"], sort_keys=True) for r in rows if "machine" in r}
+    lines = ["# Cold verification: where one fresh process's time goes", "",
+             f"Written by `python benchmarks/cold_verify.py --report {directory}` from the raw files beside it "
+             f"({', '.join(p.name for p in sorted(directory.glob('*.jsonl')))}); do not edit by hand.", "",
+             "Machines: " + "; ".join(
+                 f"{m['device']} on {m['cpus']} CPUs, {m['platform']}, Python {m['python']} ({m['label']}, {m['runner']})"
+                 for m in map(json.loads, sorted(machines))) + ".", "",
+             *(["CPU rows: Triton's interpreter (TRITON_INTERPRET=1), correctness only, no timing or baselines, on "
+                f"{', '.join(sorted({str(json.loads(m)['cpus']) for m in machines}))}-CPU machine(s): where the time "
+                "goes here, not what an H100 costs.", ""] if any(r.get("device") == "cpu" for r in rows) else []),
+             "Each row: the median over its runs (fresh process, fresh workspace; `reused`: one trusted cache dir for "
+             "every run of the row). Phases are the verdict's `cost_s` (`phase_*_s`), plus the process around it: "
+             "start (interpreter, CLI, reading the files), the parent's imports and stopping the workers. Load is the "
+             "1-minute load average when each run ended (the median): a loaded machine stretches every phase.", ""]
+    shown = [p for p in PHASES if any(f"{p}_s" in r.get("cost_s", {}) or f"phase_{p}_s" in r.get("cost_s", {})
+                                      for r in rows)]
+    lines.append("| build | pair | cache | runs | status | wall s | load | " + " | ".join(shown) + " | first call | trials |")
+    lines.append("|---" * (7 + len(shown) + 2) + "|")
+    for (label, pair, cache, _runner), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        def phase(name: str, group=group) -> float | None:
+            values = [r["cost_s"].get(f"phase_{name}_s", r["cost_s"].get(f"{name}_s")) for r in group if r.get("cost_s")]
+            return _median([v for v in values if v is not None])
+        statuses = ",".join(sorted({r["status"] for r in group}))
+        cells = [label, pair, cache, str(len(group)), statuses, _fmt(_median([r["wall_s"] for r in group])),
+                 _fmt(_median([r.get("load_1min", 0.0) for r in group]))]
+        cells += [_fmt(phase(p)) for p in shown] + [_fmt(phase("first_call")), _fmt(phase("trials"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Per run (wall s, in order): " + "; ".join(
+        f"{label}/{pair}/{cache}: " + ", ".join(f"{r['wall_s']:.1f}" for r in group)
+        for (label, pair, cache, _), group in sorted(groups.items())) + ".", ""]
+    lines += ["Rows of a build without the phase split (`before`) show the coarse keys it recorded: `reference` is its "
+              "reference_s (the trusted worker's start and the reference), `compare` its compare_s.", ""]
+    warm = sorted(directory.glob("warm_pool_*.json"))
+    if warm:
+        lines += ["Warm pool (one Verifier, each candidate verified twice; `benchmarks/verifier_bench.py --device cpu`; "
+                  f"files {', '.join(p.name for p in warm)}): per verification, total s and fixed s (the verifier's own "
+                  "cost: everything but the candidate's compile, trials and timing, and the reference).", "",
+                  "| file | problem | total s | fixed s | reference s (first) |", "|---|---|---|---|---|"]
+        for path in warm:
+            for row in json.loads(path.read_text()):
+                lines.append(f"| {path.stem} | {row['problem']} | {', '.join(f'{v:.2f}' for v in row['total_s'])} | "
+                             f"{', '.join(f'{v:.2f}' for v in row['fixed_s'])} | {row['reference_s']:.2f} |")
+        lines.append("")
+    cached = [r for r in rows if "baselines_cached_at" in r.get("cost_s", {})]
+    if cached:
+        lines.append(f"Runs that reused cached torch.compile baselines: {len(cached)} (the verdict says so in its warnings).")
+    (directory / "README.md").write_text("\n".join(lines) + "\n")
+    print(directory / "README.md")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cache", choices=["fresh", "reused", "both"], default="both")
+    parser.add_argument("--pair", nargs=2, action="append", metavar=("CANDIDATE", "PROBLEM"))
+    parser.add_argument("--label", default="now")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--src", type=Path, default=ROOT, help="the source tree whose kernelloop runs")
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--runner", choices=["auto", "cli", "bare"], default="auto")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--kernelbench", type=Path, help="a KernelBench checkout: time eval_kernel_against_ref too (GPU)")
+    parser.add_argument("--report", type=Path, help="write DIR/README.md from DIR/*.jsonl and stop")
+    args = parser.parse_args()
+    if args.report:
+        report(args.report)
+    else:
+        measure(args)
+
+
+if __name__ == "__main__":
+    main()

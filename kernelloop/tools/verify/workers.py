@@ -1,0 +1,131 @@
+"""The Verifier's two sandbox workers, as specs: which dirs, caches and preloads each gets.
+
+No torch here, so the CLI can start both workers before its own process imports torch
+(`prestart`): the parent's import, the trusted worker's and the candidates' worker's then run at
+once. The Verifier makes its workers from the same specs (`take` hands it a prestarted one that
+matches exactly, else it starts one), so a prestarted worker is the one it would have made.
+
+Preloads by role, so the first verification never waits for what only later ones use:
+  candidates' worker   the launch counter's modules, before it is ready (every candidate job needs
+                       them); never the compiler (a candidate's job does not compile baselines)
+  trusted worker       nothing before it is ready; on a GPU worker that times, the compiler in the
+                       background once its first job (this problem's reference) is forked, for the
+                       reference jobs of later problems. The first reference job imports the
+                       compiler itself, asked ahead while the candidate compiles (`warm_up`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelloop.sandbox.isolation import choose_mode
+from kernelloop.sandbox.runner import Zygote
+from kernelloop.tools.verify.trusted_cache import trusted_cache_root
+
+JOB_MODULE = "kernelloop.tools.verify.harness"
+# The same names as harness.LAUNCH_COUNTER_MODULES and COMPILER_MODULES (the harness imports torch).
+LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker is made from; two equal specs make the same worker."""
+
+    device: str
+    work_dir: Path
+    gpu_index: int | None
+    hide: tuple[Path, ...]
+    standby: bool
+    cache_dir: Path | None
+    per_job_cache: bool
+    preload: tuple[str, ...] = ()
+    preload_later: tuple[str, ...] = ()
+
+    def start(self, wait: bool = True) -> Zygote:
+        return Zygote(JOB_MODULE, self.device, self.work_dir, self.gpu_index, hide=list(self.hide), standby=self.standby,
+                      cache_dir=self.cache_dir, per_job_cache=self.per_job_cache, preload=self.preload,
+                      preload_later=self.preload_later, wait=wait)
+
+
+@dataclass
+class Layout:
+    """Where one Verifier's files go, and its two workers' specs."""
+
+    root: Path
+    trusted_root: Path
+    trusted_cache_dir: Path
+    cache_root: Path | None  # the persistent trusted cache (None: off)
+    cache_note: str
+    candidate: WorkerSpec = field(init=False)
+    trusted: WorkerSpec = field(init=False)
+
+
+def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, time_it: bool,
+           isolation: str | None = None) -> Layout:
+    """`device` is 'cpu' or 'cuda' (resolved), `workspace` resolved."""
+    name = f"{device}{'' if gpu_index is None else gpu_index}"
+    root = workspace / "verifier" / name
+    # The trusted job's files (reference outputs among them) live beside, never inside, the
+    # candidates' work dir: where bubblewrap runs, the candidates' sandbox can't see them.
+    trusted_root = workspace / "verifier" / f"{name}-trusted"
+    mode, _ = choose_mode(isolation)
+    cache_root, note = trusted_cache_root(mode, root)
+    # Compile caches: each candidate job has its own (nothing one writes reaches the next); the
+    # trusted jobs use one the candidates can't see: the persistent trusted cache where it is on,
+    # else one per workspace (hidden from the candidates with the workspace, where bubblewrap runs).
+    trusted_cache_dir = (cache_root / f"compile-{device}" if cache_root is not None
+                         else workspace / "verifier" / f"cache-{device}-trusted")
+    made = Layout(root, trusted_root, trusted_cache_dir, cache_root, note)
+    preload = () if os.environ.get("KERNELLOOP_PRELOAD", "1") == "0" else LAUNCH_COUNTER_MODULES
+    hide = (workspace,) + ((cache_root,) if cache_root is not None else ())
+    if cache_root is not None:
+        cache_root.mkdir(parents=True, exist_ok=True)  # a dir to hide must exist before the sandbox starts
+    made.candidate = WorkerSpec(device, root, gpu_index, hide, standby, None, True, preload=preload)
+    later = COMPILER_MODULES if device == "cuda" and time_it else ()
+    made.trusted = WorkerSpec(device, trusted_root, gpu_index, (workspace,), standby, trusted_cache_dir, False,
+                              preload_later=later)
+    return made
+
+
+_started: dict[WorkerSpec, Zygote] = {}
+_lock = threading.Lock()
+
+
+def prestart(device: str, workspace: Path, gpu_index: int | None = None, standby: bool = True,
+             time_it: bool = True) -> None:
+    """Start a Verifier's two workers now, without waiting for them; the Verifier made later with
+    the same options takes them. Anything that fails here is left for the Verifier to meet."""
+    try:
+        made = layout(device, workspace, gpu_index, standby, time_it)
+        for spec in (made.trusted, made.candidate):
+            with _lock:
+                if spec not in _started:
+                    _started[spec] = spec.start(wait=False)
+    except Exception:  # noqa: BLE001 - the Verifier starts its own and reports what is wrong
+        return
+
+
+def take(spec: WorkerSpec, wait: bool = True) -> Zygote:
+    """The prestarted worker of `spec`, else a new one."""
+    with _lock:
+        zygote = _started.pop(spec, None)
+    if zygote is not None and zygote.alive():
+        if wait:
+            zygote.wait_ready()
+        return zygote
+    if zygote is not None:
+        zygote.close()
+    return spec.start(wait=wait)
+
+
+def discard() -> None:
+    """Close prestarted workers no Verifier took."""
+    with _lock:
+        left = list(_started.values())
+        _started.clear()
+    for zygote in left:
+        zygote.close()

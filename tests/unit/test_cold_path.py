@@ -1,0 +1,266 @@
+"""The cold path (issue 16): where one verification's time goes, workers that start at once and
+preload by role, and the trusted cache of baselines kept across processes. Behaviour only: no
+test here asserts a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelloop.problem import Candidate, Problem
+from kernelloop.results import Status
+from kernelloop.sandbox.isolation import probe_bubblewrap
+from kernelloop.sandbox.runner import Zygote
+from kernelloop.tools.verify import trusted_cache
+from kernelloop.tools.verify.verifier import PHASE_NAMES, Verifier, with_cached_baselines
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 60.0
+needs_bwrap = pytest.mark.skipif(not probe_bubblewrap().usable, reason="bubblewrap is not usable here")
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(1024)]
+
+def get_init_inputs():
+    return []
+'''
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+PRELUDE
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+'''
+
+
+def problem_file(directory: Path, extra: str = "") -> Problem:
+    path = directory / "relu.py"
+    path.write_text(textwrap.dedent(PROBLEM) + extra)
+    return Problem.from_file(path)
+
+
+def verifier(workspace: Path, **options) -> Verifier:
+    return Verifier(device="cpu", workspace=workspace, time_it=False, compile_timeout_s=TIMEOUT_S,
+                    run_timeout_s=TIMEOUT_S, **options)
+
+
+# --------------------------------------------------------------------------- the phase split
+
+
+def test_the_phases_are_recorded_and_add_up_to_the_total(tmp_path):
+    problem = problem_file(tmp_path)
+    with verifier(tmp_path / "ws") as v:
+        first = v.verify(Candidate(KERNEL.replace("PRELUDE", "")), problem)
+        second = v.verify(Candidate(KERNEL.replace("PRELUDE", "")), problem)  # the warm path: same workers
+    for verdict in (first, second):
+        assert verdict.status is Status.correct, verdict.reason
+        phases = {k: v for k, v in verdict.cost_s.items() if k.startswith("phase_")}
+        for name in ("precheck", "workers", "reference", "candidate", "compare", "fresh", "finish"):
+            assert f"phase_{name}_s" in phases
+        assert set(phases) <= {f"phase_{name}_s" for name in PHASE_NAMES}
+        assert all(value >= 0 for value in phases.values())
+        total = verdict.cost_s["total_s"]
+        assert sum(phases.values()) == pytest.approx(total, rel=0.05, abs=0.05)
+
+
+def test_the_cli_prints_the_phases_and_records_the_process_around_them(tmp_path):
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(KERNEL.replace("PRELUDE", ""))
+    problem = problem_file(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "kernelloop.cli", "verify", str(candidate), "--problem", str(problem.path),
+                           "--device", "cpu", "--workspace", str(tmp_path / "ws"), "--json", "--timings", "--no-progress"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cost = json.loads(done.stdout.strip().splitlines()[-1])["cost_s"]
+    for key in ("process_start_s", "process_imports_s", "close_s", "wall_s", "phase_candidate_s", "total_s"):
+        assert key in cost
+    parts = cost["process_start_s"] + cost["process_imports_s"] + cost["total_s"] + cost["close_s"]
+    assert parts <= cost["wall_s"] + 0.05
+    assert parts == pytest.approx(cost["wall_s"], rel=0.15, abs=0.5)
+    assert "phase" in done.stderr and "candidate" in done.stderr and "wall" in done.stderr
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def test_workers_preload_by_role_and_later_modules_never_hold_up_the_first_job(tmp_path):
+    zygote = Zygote("tests.unit.preload_probe", "cpu", tmp_path / "work", preload=("wave",),
+                    preload_later=("xml.dom.minidom",), wait=False)
+    try:
+        assert zygote.start_s is None  # started, not waited for
+        zygote.wait_ready()
+        first = zygote.run({"kind": "probe"}, tmp_path / "work" / "j1", 30, 30).result
+        second = zygote.run({"kind": "probe"}, tmp_path / "work" / "j2", 30, 30).result
+    finally:
+        zygote.close()
+    assert "wave" in first["loaded"] and "xml.dom.minidom" not in first["loaded"]  # forked before the later imports
+    assert {"wave", "xml.dom.minidom"} <= set(second["loaded"])  # forked after them
+
+
+def test_preload_off_leaves_every_import_to_the_jobs(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLOOP_PRELOAD", "0")
+    zygote = Zygote("tests.unit.preload_probe", "cpu", tmp_path / "work", preload=("wave",), preload_later=("tomllib",))
+    try:
+        results = [zygote.run({"kind": "probe"}, tmp_path / "work" / f"j{i}", 30, 30).result for i in range(2)]
+    finally:
+        zygote.close()
+    assert all(not set(r["loaded"]) & {"wave", "tomllib"} for r in results)
+
+
+def test_the_candidates_worker_never_preloads_the_compiler(tmp_path):
+    v = verifier(tmp_path / "ws")
+    assert not {"torch._dynamo", "torch._inductor.compile_fx"} & set(v.layout.candidate.preload + v.layout.candidate.preload_later)
+    assert not v.layout.trusted.preload  # the first reference job never waits for a preload
+    v.close()
+
+
+# --------------------------------------------------------------------------- the trusted cache
+
+RECORD = {"timings": {"compile": {"name": "compile", "median_ms": 0.5, "iqr_ms": 0.01, "min_ms": 0.49, "mean_ms": 0.5,
+                                  "samples": 50, "over_eager": 0.5}},
+          "eager": {"name": "eager", "median_ms": 1.0, "iqr_ms": 0.01, "min_ms": 0.99, "mean_ms": 1.0, "samples": 50},
+          "compile_s": {"compile": 3.0}, "rounds": 50}
+
+# In a fresh process: the Verifier's key and record for the problem; with "store", keep RECORD for it.
+LOOKUP = r'''
+import json, sys
+from pathlib import Path
+from kernelloop.problem import Problem
+from kernelloop.tools.verify.verifier import Verifier
+problem = Problem.from_file(sys.argv[1])
+v = Verifier(device="cpu", workspace=Path(sys.argv[2]), time_it=False)
+specs = [[[1024], "float32"]] * 4
+key, asked, record = v.cached_baselines(problem, specs)
+if sys.argv[3] == "store" and key:
+    v.baseline_cache.store(key, json.loads(sys.argv[4]))
+print(json.dumps({"key": key, "record": record, "note": v.layout.cache_note}))
+v.close()
+'''
+
+
+def lookup(problem: Problem, workspace: Path, cache: Path, store: bool = False, sandbox: str = "auto") -> dict:
+    env = {**os.environ, "KERNELLOOP_TRUSTED_CACHE": str(cache), "KERNELLOOP_SANDBOX": sandbox}
+    done = subprocess.run([sys.executable, "-c", LOOKUP, str(problem.path), str(workspace), "store" if store else "load",
+                           json.dumps(RECORD)], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_bwrap
+def test_a_second_fresh_process_reuses_the_kept_baselines_and_says_so(tmp_path):
+    problem = problem_file(tmp_path)
+    cache = tmp_path / "trusted-cache"
+    first = lookup(problem, tmp_path / "ws1", cache, store=True)
+    assert first["key"] and first["record"] is None  # nothing kept yet: this one times and keeps
+    second = lookup(problem, tmp_path / "ws2", cache)  # another process, another workspace
+    assert second["key"] == first["key"] and second["record"]["timings"]["compile"]["median_ms"] == 0.5
+    from kernelloop.results import Measurement
+    from kernelloop.tools.verify.speed import judge_speed
+
+    rounds = 60
+    judged = judge_speed(Measurement(samples_ms={"candidate": [0.25] * rounds, "candidate_again": [0.25] * rounds,
+                                                 "eager": [1.0] * rounds}))
+    said = with_cached_baselines(judged, second["record"])
+    assert said.speedups["compile"] == pytest.approx(said.speedup * 0.5)  # this run's eager speedup x the kept ratio
+    assert said.timings["compile"].median_ms == 0.5
+    assert any("compile baseline: cached, measured" in w for w in said.warnings)
+    assert said.speedup == pytest.approx(4.0)  # the verdict's own speedup: measured here, never cached
+
+
+@needs_bwrap
+def test_changing_the_problem_source_invalidates_the_kept_baselines(tmp_path):
+    cache = tmp_path / "trusted-cache"
+    first = lookup(problem_file(tmp_path), tmp_path / "ws1", cache, store=True)
+    changed = lookup(problem_file(tmp_path, extra="\n# a comment changes the source hash\n"), tmp_path / "ws2", cache)
+    assert changed["key"] != first["key"] and changed["record"] is None
+
+
+def test_a_record_that_is_not_this_keys_is_not_read(tmp_path):
+    cache = trusted_cache.BaselineCache(tmp_path)
+    cache.store("a" * 32, dict(RECORD))
+    os.replace(cache.dir / f"{'a' * 32}.json", cache.dir / f"{'b' * 32}.json")  # renamed: its key says otherwise
+    assert cache.load("b" * 32) is None and cache.load("a" * 32) is None
+    (cache.dir / f"{'c' * 32}.json").write_text("{not json")
+    assert cache.load("c" * 32) is None
+
+
+def test_in_plain_mode_the_trusted_cache_is_off_and_says_why(tmp_path):
+    result = lookup(problem_file(tmp_path), tmp_path / "ws", tmp_path / "trusted-cache", store=True, sandbox="plain")
+    assert result["key"] is None and result["record"] is None and "plain" in result["note"]
+    assert not (tmp_path / "trusted-cache" / "baselines").exists()
+
+
+def test_the_trusted_cache_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", "off")
+    v = verifier(tmp_path / "ws")
+    assert v.baseline_cache is None and "off" in v.layout.cache_note
+    assert v.trusted_cache_dir == tmp_path.resolve() / "ws" / "verifier" / "cache-cpu-trusted"
+    v.close()
+
+
+WRITER = '''
+import pathlib
+ROOT = pathlib.Path(CACHE)
+for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT):
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "planted.json").write_text("{}")
+        print("wrote", where)
+    except OSError as exc:
+        print("refused", where, type(exc).__name__)
+'''
+
+
+@needs_bwrap
+def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "trusted-cache"
+    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(cache))
+    monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
+    problem = problem_file(tmp_path)
+    writer = KERNEL.replace("PRELUDE", WRITER.replace("CACHE", repr(str(cache))))
+    with verifier(tmp_path / "ws", static_checks=False) as v:  # the boundary itself, not the lint
+        assert v.baseline_cache is not None
+        verdict = v.verify(Candidate(writer), problem)
+    assert verdict.isolation == "bubblewrap"
+    assert verdict.status is Status.correct, verdict.reason  # its kernel is still right, whatever it wrote
+    # What it wrote (if anything) went to its sandbox's own throwaway tmpfs, never the trusted dir.
+    assert not list(cache.rglob("planted.json"))
+
+
+def test_the_trusted_cache_is_off_unless_asked(monkeypatch):
+    from kernelloop.tools.verify.trusted_cache import trusted_cache_root
+
+    monkeypatch.delenv("KERNELLOOP_TRUSTED_CACHE", raising=False)
+    root, note = trusted_cache_root("bubblewrap")
+    assert root is None and "off by default" in note
+    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", "on")
+    root, _ = trusted_cache_root("bubblewrap")
+    assert root is not None and root.name == "trusted"
