@@ -177,7 +177,7 @@ def _fill(loc: Localisation, c: _Counts, shape: list[int], flat_out: torch.Tenso
         bad_cols = torch.nonzero(c.col_counts).flatten()
         loc.columns, loc.columns_bad = c.cols, bad_cols.numel()
         loc.bad_columns = ranges(bad_cols.tolist()[:10_000])
-    if c.last_bad == c.numel - 1 and c.bad == c.last_bad - c.first_bad + 1 and c.first_bad > 0:
+    if _tail_only(c):
         loc.tail_from = c.first_bad
     elif c.bad >= 4 and c.gcd > 1:
         loc.period, loc.offset = c.gcd, c.first_bad % c.gcd
@@ -185,6 +185,15 @@ def _fill(loc: Localisation, c: _Counts, shape: list[int], flat_out: torch.Tenso
         _blocks_of(loc, c)
     if loc.tail_from is None and not loc.whole_rows and loc.block is None and not loc.first_row_only_right:
         _tiles(loc, c)
+
+
+def _tail_only(c: _Counts) -> bool:
+    """Every wrong element in one run at the end, allowing a few right ones inside it: an unwritten
+    tail left at 0 still matches the reference wherever the reference is within tolerance of 0."""
+    if c.first_bad is None or c.last_bad is None or c.first_bad == 0:
+        return False
+    span = c.numel - c.first_bad
+    return c.bad >= 0.9 * span and c.numel - 1 - c.last_bad < max(1.0, 0.1 * span)
 
 
 def _fold(residues: torch.Tensor, size: int) -> torch.Tensor:
@@ -240,8 +249,10 @@ def describe(loc: Localisation) -> list[str]:
         lines.append(f"{loc.nonfinite} {loc.nonfinite_kind} values where the reference is finite (or differs); "
                      f"the first at index {loc.first_nonfinite}")
     if loc.tail_from is not None:
-        lines.append(f"only the tail is wrong: every element from flat index {loc.tail_from} to the end "
-                     f"({loc.numel - loc.tail_from} elements), none before")
+        span = loc.numel - loc.tail_from
+        which = "every element" if loc.bad == span else f"{loc.bad} of the {span} elements"
+        lines.append(f"only the tail is wrong: {which} from flat index {loc.tail_from} to the end "
+                     f"({span} elements), none before")
     if loc.block:
         lines.append(f"wrong only at position(s) {loc.block_positions} of every block of {loc.block} elements "
                      "(a block boundary)")
