@@ -29,15 +29,17 @@ def _caller(fn: Callable, sets: list[list]) -> Callable[[int], object]:
     return lambda i: fn(*sets[i])
 
 
-def baseline_callables(problem, device: str, sets: list[list], init_seed: int, full: bool) -> tuple[dict, dict, Any]:
-    """eager, torch.compile (and max-autotune when `full`), and the problem's own baselines.
+def baseline_callables(problem, device: str, sets: list[list], init_seed: int, full: bool,
+                       with_compile: bool = True) -> tuple[dict, dict, Any]:
+    """eager, torch.compile (and max-autotune when `full`; neither when not `compiled`: their times
+    are kept by the parent), and the problem's own baselines.
 
     Returns (callables by name, compile seconds by name, the eager module)."""
     torch.manual_seed(init_seed)
     eager = problem.Model(*problem.get_init_inputs()).to(device).eval()
     fns: dict[str, Callable[[int], object]] = {EAGER: _caller(eager, sets)}
     compile_s: dict[str, float] = {}
-    modes = {COMPILE: None, **({AUTOTUNE: "max-autotune-no-cudagraphs"} if full else {})}
+    modes = {COMPILE: None, **({AUTOTUNE: "max-autotune-no-cudagraphs"} if full else {})} if with_compile else {}
     for name, mode in modes.items():
         compiled = torch.compile(copy.deepcopy(eager), mode=mode)
         started = time.perf_counter()

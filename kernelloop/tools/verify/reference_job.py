@@ -126,12 +126,10 @@ class ReferenceJob:
         fresh_sets = [to_device(inputs, self.device) for inputs in self.last_sets]
         if self._timing is None or len(fresh_sets) != len(self.sets):
             self.sets = fresh_sets
-            skip = set(request.get("skip") or ())
-            if {COMPILE, AUTOTUNE} & skip:  # timed before, kept by the parent (trusted_cache.py): not compiled here
-                fns, self.compile_s, self.eager = uncompiled_baselines(self.problem, self.device, self.sets, INIT_SEED)
-            else:
-                fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
-                                                                     self.full_baselines)
+            # Compile baselines timed before and kept by the parent (trusted_cache.py) are not compiled here.
+            with_compile = not {COMPILE, AUTOTUNE} & set(request.get("skip") or ())
+            fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
+                                                                 self.full_baselines, with_compile=with_compile)
             self._timing = cuda_rounds(fns, len(self.sets))
             self.roofline = roofline_of(self.eager, self.sets)
         else:
@@ -160,28 +158,6 @@ class ReferenceJob:
 
         back_to_back(self._timing.fns[request.get("name", "eager")], len(self.sets), int(request["calls"]))
         return {}
-
-
-def uncompiled_baselines(problem, device: str, sets: list[list], init_seed: int) -> tuple[dict, dict, Any]:
-    """measure.baseline_callables without the torch.compile ones: eager and the problem's own."""
-    from kernelloop.tools.profile.measure import EAGER
-
-    torch.manual_seed(init_seed)
-    eager = problem.Model(*problem.get_init_inputs()).to(device).eval()
-    fns: dict[str, Any] = {EAGER: lambda i: eager(*sets[i])}
-    compile_s: dict[str, float] = {}
-    for name, baseline in dict(problem.get_baselines() if hasattr(problem, "get_baselines") else {}).items():
-        if isinstance(baseline, type):  # an nn.Module class, built like Model
-            torch.manual_seed(init_seed)
-            baseline = baseline(*problem.get_init_inputs())
-        if isinstance(baseline, torch.nn.Module):
-            baseline = baseline.to(device).eval()
-        started = time.perf_counter()
-        baseline(*sets[0])
-        torch.cuda.synchronize()
-        compile_s[name] = time.perf_counter() - started
-        fns[name] = (lambda b: lambda i: b(*sets[i]))(baseline)
-    return fns, compile_s, eager
 
 
 def _nbytes(values: list) -> int:
