@@ -169,3 +169,17 @@ def test_the_pool_imports_without_agent_side_packages_or_ray():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok False", done.stderr[-2000:]
+
+
+def test_a_pool_asked_to_start_now_starts_every_worker_before_the_first_verify_and_uses_them(tmp_path):
+    relu, kernel = Problem.from_file(RELU), Candidate.from_file(RELU_KERNEL)
+    with LocalPool(["cpu"], workspace=tmp_path / "lazy") as lazy:
+        assert lazy._workers.workers[0]._zygote is None  # on the CPU the default waits for the first verify
+    with LocalPool(["cpu"], workspace=tmp_path / "now", start_now=True) as pool:
+        verifier = pool._workers.workers[0]
+        started = (verifier._zygote, verifier._trusted_zygote)
+        assert all(zygote is not None and zygote.alive() for zygote in started)
+        verdict = pool.verify(kernel, relu)
+        assert (verifier._zygote, verifier._trusted_zygote) == started  # the same processes served it
+    assert verdict.status is Status.correct
+    assert all(zygote.proc.poll() is not None for zygote in started)  # and the pool stopped them

@@ -173,9 +173,14 @@ def local_devices(device: str = "auto") -> list[str]:
 
 
 class LocalPool(VerifierPool):
-    """One Verifier per device in `devices` ('cpu' or 'cuda:N'), each with its own warm sandbox worker."""
+    """One Verifier per device in `devices` ('cpu' or 'cuda:N'), each with its own warm sandbox worker.
 
-    def __init__(self, devices: Sequence[str], workspace: str | Path | None = None, **verifier_options: Any):
+    start_now: start every device's sandbox workers as the pool opens, all at once (default: on GPUs;
+    on the CPU, where one worker serves, they start with the first verify as before).
+    """
+
+    def __init__(self, devices: Sequence[str], workspace: str | Path | None = None, start_now: bool | None = None,
+                 **verifier_options: Any):
         kinds = {split_device(d)[0] for d in devices}
         if not devices or len(kinds) != 1 or not kinds <= {"cpu", "cuda"} or len(set(devices)) != len(devices):
             raise PoolError(f"a local pool needs distinct devices of one kind ('cpu' or 'cuda:N'), got {list(devices)}")
@@ -185,6 +190,19 @@ class LocalPool(VerifierPool):
         workers = [Verifier(device=self.device, gpu_index=split_device(d)[1], workspace=space, **verifier_options)
                    for d in devices]
         self._workers = _Workers(workers, devices)
+        if start_now if start_now is not None else self.device == "cuda":
+            self._start_all(workers)
+
+    @staticmethod
+    def _start_all(workers: list[Verifier]) -> None:
+        # Every device's sandbox workers start now, all at once, waiting for none: their start (imports,
+        # CUDA context) runs beside the caller's own set-up and the other devices', not inside the first
+        # verify on each device. A worker that fails to start is met, and reported, by its first verify.
+        for worker in workers:
+            try:
+                worker.start_workers()
+            except Exception:  # noqa: BLE001 - the first verify on it starts it again and says what is wrong
+                pass
 
     def _precheck(self, candidate: Candidate) -> Verdict | None:
         return precheck(candidate, self.device, self.static_checks)
