@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PAIRS = [("examples/candidates/2_SoftmaxIrregular.py", "kernelloop/evals/problems/2_SoftmaxIrregular.py"),
                  ("examples/candidates/6_MatmulFP16.py", "kernelloop/evals/problems/6_MatmulFP16.py")]
+FIRST_CALL_STEPS = ["inputs", "poison", "forward", "checks", "outputs"]
 PHASES = ["process_start", "process_imports", "precheck", "workers", "reference", "candidate", "compare", "baselines",
           "timing", "profile", "fresh", "finish", "cache", "close"]
 
@@ -214,8 +215,11 @@ def report(directory: Path) -> str:
              "1-minute load average when each run ended (the median): a loaded machine stretches every phase.", ""]
     shown = [p for p in PHASES if any(f"{p}_s" in r.get("cost_s", {}) or f"phase_{p}_s" in r.get("cost_s", {})
                                       for r in rows)]
-    lines.append("| build | pair | cache | runs | status | wall s | load | " + " | ".join(shown) + " | first call | trials |")
-    lines.append("|---" * (7 + len(shown) + 2) + "|")
+    # The candidate's first call, step by step, where the child reported it (harness.run_one's laps)
+    split = [k for k in FIRST_CALL_STEPS if any(f"first_{k}_s" in r.get("cost_s", {}) for r in rows)]
+    lines.append("| build | pair | cache | runs | status | wall s | load | " + " | ".join(shown) + " | first call | "
+                 + "".join(f"first: {k} | " for k in split) + "trials |")
+    lines.append("|---" * (7 + len(shown) + 2 + len(split)) + "|")
     for (label, pair, cache, _runner), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
         def phase(name: str, group=group) -> float | None:
             values = [r["cost_s"].get(f"phase_{name}_s", r["cost_s"].get(f"{name}_s")) for r in group if r.get("cost_s")]
@@ -223,11 +227,19 @@ def report(directory: Path) -> str:
         statuses = ",".join(sorted({r["status"] for r in group}))
         cells = [label, pair, cache, str(len(group)), statuses, _fmt(_median([r["wall_s"] for r in group])),
                  _fmt(_median([r.get("load_1min", 0.0) for r in group]))]
-        cells += [_fmt(phase(p)) for p in shown] + [_fmt(phase("first_call")), _fmt(phase("trials"))]
+        cells += [_fmt(phase(p)) for p in shown] + [_fmt(phase("first_call"))]
+        cells += [_fmt(phase(f"first_{k}")) for k in split] + [_fmt(phase("trials"))]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Per run (wall s, in order): " + "; ".join(
         f"{label}/{pair}/{cache}: " + ", ".join(f"{r['wall_s']:.1f}" for r in group)
         for (label, pair, cache, _), group in sorted(groups.items())) + ".", ""]
+    outside = [(key, [r["cost_s"]["first_call_s"] - r["cost_s"]["first_forward_s"] for r in group
+                      if "first_call_s" in r.get("cost_s", {}) and "first_forward_s" in r["cost_s"]])
+               for key, group in sorted(groups.items())]
+    if any(values for _, values in outside):
+        lines += ["The candidate's first call outside its own forward (moving the inputs in, poisoning memory, the checks, "
+                  "the outputs out; median s): " + "; ".join(f"{label}/{pair}/{cache}: {statistics.median(values):.2f}"
+                                                            for (label, pair, cache, _), values in outside if values) + ".", ""]
     lines += ["Rows of a build without the phase split (`before`) show the coarse keys it recorded: `reference` is its "
               "reference_s (the trusted worker's start and the reference), `compare` its compare_s.", ""]
     warm = sorted(directory.glob("warm_pool_*.json"))

@@ -89,6 +89,10 @@ def test_the_phases_are_recorded_and_add_up_to_the_total(tmp_path):
         assert all(value >= 0 for value in phases.values())
         total = verdict.cost_s["total_s"]
         assert sum(phases.values()) == pytest.approx(total, rel=0.05, abs=0.05)
+        # The candidate's first call, step by step, inside its first_call_s (the child's own laps)
+        steps = [verdict.cost_s[f"first_{step}_s"] for step in ("inputs", "poison", "forward", "checks", "outputs")]
+        assert all(value >= 0 for value in steps)
+        assert sum(steps) <= verdict.cost_s["first_call_s"] + 1e-6
 
 
 def test_the_cli_prints_the_phases_and_records_the_process_around_them(tmp_path):

@@ -209,24 +209,33 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
 
     `specs`: the outputs' shapes and dtypes, to poison with. `reuse`: device tensors of an earlier call to copy the new
     values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
-    `costs` gets the forward's own seconds (JIT included) as "forward_s"."""
+    `costs` gets each step's seconds: "inputs_s" (to the device, and the pristine copies), "poison_s", "forward_s" (the
+    forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host)."""
+    steps = Stopwatch()
     if reuse is None:
         inputs = to_device([i.clone() if isinstance(i, torch.Tensor) else i for i in inputs_cpu], device)
     else:
         inputs = [old.copy_(new) if isinstance(old, torch.Tensor) else new for old, new in zip(reuse, inputs_cpu)]
     pristine = [i.clone() if isinstance(i, torch.Tensor) else i for i in inputs]
+    synchronize(device)
+    steps.lap("inputs_s")
     poison(device, specs)
-    forward_started = time.perf_counter()
+    synchronize(device)
+    steps.lap("poison_s")
     out = flatten_outputs(model(*inputs))
     synchronize(device)
-    if costs is not None:
-        costs["forward_s"] = time.perf_counter() - forward_started
+    steps.lap("forward_s")
     for index, o in enumerate(out):
         if type(o) is not torch.Tensor:
             return [], inputs, (Code.wrong_type,
                                 f"tensor subclass: output {index} is a {type(o).__name__}, not a plain torch.Tensor")
     problem = aliasing(out, inputs) or mutated(inputs, pristine)
-    return [o.detach().cpu() for o in out], inputs, problem
+    steps.lap("checks_s")
+    host = [o.detach().cpu() for o in out]
+    steps.lap("outputs_s")
+    if costs is not None:
+        costs.update(steps.laps)
+    return host, inputs, problem
 
 
 def classify_exception(exc: BaseException) -> tuple[Code, str]:
@@ -409,7 +418,8 @@ class _CandidateSession:
         disturbed = self.decoy_runs()
         save_sets(Path(self.job["job_dir"]) / "trials.sets", outputs + [d for d in disturbed if d is not None],
                   {"disturbed": [d is not None for d in disturbed]})
-        self.overhead.update(save_s=time.perf_counter() - save_started, first_forward_s=first_forward.get("forward_s", 0.0))
+        # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
+        self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
         self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
         return None
 
