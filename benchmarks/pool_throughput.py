@@ -56,6 +56,12 @@ def _phase_medians(verdicts: list) -> dict[str, float]:
     return medians
 
 
+def _costs(verdicts: list) -> list[dict[str, float]]:
+    """Each verdict's cost_s, rounded: the raw file keeps where every verification's time went."""
+    return [{name: round(value, 3) for name, value in verdict.cost_s.items() if isinstance(value, (int, float))}
+            for verdict in verdicts]
+
+
 def measure(devices: list[str], work: list[tuple[Candidate, Problem]], repeat: int) -> dict:
     """One cold pass from the pool's opening, then `repeat` warm passes; the pool's stats for each."""
     with tempfile.TemporaryDirectory(prefix="pool-bench-") as workspace:
@@ -71,12 +77,13 @@ def measure(devices: list[str], work: list[tuple[Candidate, Problem]], repeat: i
     return {"gpus": len(devices), "devices": devices, "problems": [p.name for _, p in work],
             "cold": {"candidates": len(cold), "elapsed_s": round(cold_s, 2), "per_minute": 60 * len(cold) / cold_s,
                      "statuses": [v.status.value for v in cold], "served": [s.served for s in after_cold],
-                     "busy_s": [round(s.busy_s, 2) for s in after_cold], "phase_median_s": _phase_medians(cold)},
+                     "busy_s": [round(s.busy_s, 2) for s in after_cold], "phase_median_s": _phase_medians(cold),
+                     "cost_s": _costs(cold)},
             "warm": {"candidates": len(warm), "elapsed_s": round(warm_s, 2), "per_minute": 60 * len(warm) / warm_s,
                      "statuses": [v.status.value for v in warm],
                      "served": [s.served - a.served for s, a in zip(stats, after_cold)],
                      "busy_s": [round(s.busy_s - a.busy_s, 2) for s, a in zip(stats, after_cold)],
-                     "phase_median_s": _phase_medians(warm)}}
+                     "phase_median_s": _phase_medians(warm), "cost_s": _costs(warm)}}
 
 
 def table(rows: list[dict]) -> list[str]:
