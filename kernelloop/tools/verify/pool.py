@@ -190,7 +190,7 @@ class LocalPool(VerifierPool):
         workers = [Verifier(device=self.device, gpu_index=split_device(d)[1], workspace=space, **verifier_options)
                    for d in devices]
         self._workers = _Workers(workers, devices)
-        if start_now if start_now is not None else self.device == "cuda":
+        if (self.device == "cuda") if start_now is None else start_now:
             self._start_all(workers)
 
     @staticmethod
