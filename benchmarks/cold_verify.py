@@ -9,7 +9,8 @@ split: `phase_*_s`, `process_*_s`, `close_s`, and the candidate's own first call
 
     python benchmarks/cold_verify.py [--device cpu|cuda] [--runs 3] [--cache fresh|reused|both]
         [--pair CANDIDATE PROBLEM ...] [--label NAME] [--out FILE.jsonl] [--src DIR]
-        [--kernelbench PATH]      (also time KernelBench's eval_kernel_against_ref, fresh processes)
+        [--kernelbench PATH]      (also time KernelBench's eval_kernel_against_ref, fresh processes, alone and
+                                   then with its torch.compile reference timing; PATH holds its src/)
     python benchmarks/cold_verify.py --report DIR   (DIR/README.md from DIR/*.jsonl; never edit it by hand)
 
 --src runs another source tree's kernelloop (a checkout of an older commit: before/after).
@@ -66,7 +67,7 @@ print(verdict.model_dump_json())
 # bare GPU node) empty stand-ins take their names, and the row says which: eval never calls them, so
 # this only leaves their import time out of KernelBench's wall clock (in its favour). Triton
 # candidates need backend="triton" (the @triton.jit source must come from a file); the precision is
-# the reference inputs' floating dtype. With "+compile", the same process then times the reference
+# float16 or bfloat16 where the reference's source names one, else float32. With "+compile", the same process then times the reference
 # under torch.compile through measure_ref_program_time, as our verify times its compile baseline.
 KERNELBENCH = r'''
 import importlib.util, sys, time, json, types
