@@ -183,3 +183,16 @@ def test_a_pool_asked_to_start_now_starts_every_worker_before_the_first_verify_a
         assert (verifier._zygote, verifier._trusted_zygote) == started  # the same processes served it
     assert verdict.status is Status.correct
     assert all(zygote.proc.poll() is not None for zygote in started)  # and the pool stopped them
+
+
+def test_a_worker_that_cannot_start_when_the_pool_opens_is_reported_by_its_first_verify(tmp_path, monkeypatch):
+    from kernelloop.sandbox.isolation import IsolationError
+    from kernelloop.tools.verify import workers
+
+    def refuse(spec, wait=True):
+        raise IsolationError("KERNELLOOP_SANDBOX=bwrap, but bubblewrap is not installed")
+
+    monkeypatch.setattr(workers, "take", refuse)
+    with LocalPool(["cpu"], workspace=tmp_path, start_now=True) as pool:  # opening does not fail
+        with pytest.raises(IsolationError, match="bubblewrap is not installed"):
+            pool.verify(Candidate.from_file(RELU_KERNEL), Problem.from_file(RELU))
