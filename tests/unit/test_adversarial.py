@@ -233,6 +233,20 @@ def test_the_trust_boundary_holds_without_the_static_rules(unlinted_verifier, pa
     check_fixture(unlinted_verifier, path, unlinted=True)
 
 
+def test_claimed_seconds_never_replace_the_parents_own_and_are_capped(unlinted_verifier):
+    """forged_costs.py claims tiny compare, reference, timing, child and total times and 5000 extra keys."""
+    from kernelloop.tools.verify.verifier import MAX_CLAIMED_KEYS, PARENT_COSTS
+
+    verdict = check_fixture(unlinted_verifier, FIXTURES / "cheats" / "forged_costs.py", unlinted=True)
+    cost = verdict.cost_s
+    for name in ("compare_s", "reference_s", "child_s", "total_s", "phase_candidate_s"):
+        assert cost[name] != 1e-9, f"{name} is the candidate's claim"
+    assert cost["total_s"] > cost["child_s"]  # both the parent's clock: the child ran inside the verification
+    assert cost["fixed_s"] >= 0  # no claimed cost outside the child's own names was subtracted
+    claimed = [k for k in cost if k.startswith("pad")]
+    assert 0 < len(claimed) <= MAX_CLAIMED_KEYS and len(cost) <= MAX_CLAIMED_KEYS + len(PARENT_COSTS) + 20
+
+
 def test_verifier_survives_the_corpus(verifier):
     """Runs last in this module: after every attack the test process and its parent still stand,
     and the same verifier still judges an honest candidate correct."""

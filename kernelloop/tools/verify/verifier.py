@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import TypedDict
 
@@ -79,14 +80,29 @@ def resolve_device(device: str) -> str:
 
 
 MAX_CLAIMED_SECONDS = 1e10  # a number the child reports above this (or not finite) is dropped, not believed
+MAX_CLAIMED_KEYS = 64  # seconds a child may report; the rest are dropped (thousands would bloat every verdict)
+# cost_s entries the parent measures (with phase_*): a child's claim of one is dropped, never believed
+PARENT_COSTS = frozenset({"compare_s", "reference_s", "timing_s", "baselines_import_s", "child_s", "total_s", "exit_s",
+                          "fixed_s", "baselines_cached_at", "baselines_cache_stored"})
+CHILD_COSTS = ("first_call_s", "trials_s", "timing_setup_s")  # the child's own work, left out of fixed_s
 
 
-def claimed_seconds(raw: object) -> dict[str, float]:
-    """The {name: seconds} a child reports (its costs), keeping only finite, plausible numbers."""
+def claimed_seconds(raw: object, names: Collection[str] | None = None) -> dict[str, float]:
+    """The {name: seconds} a child reports (its costs), keeping only finite, plausible numbers, at most
+    MAX_CLAIMED_KEYS of them; `names`: only these. Never one the parent measures itself (PARENT_COSTS,
+    phase_*): a claim may add to the verdict's cost report, never overwrite it."""
     if not isinstance(raw, dict):
         return {}
-    return {str(k)[:64]: float(v) for k, v in raw.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < MAX_CLAIMED_SECONDS}  # NaN fails too
+    kept: dict[str, float] = {}
+    for key, value in raw.items():
+        name = str(key)[:64]
+        if (names is None or name in names) and name not in PARENT_COSTS and not name.startswith("phase_") \
+                and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and 0 <= value < MAX_CLAIMED_SECONDS:  # NaN fails too
+            kept[name] = float(value)
+            if len(kept) == MAX_CLAIMED_KEYS:
+                break
+    return kept
 
 
 def claimed_names(raw: object) -> list[str]:
@@ -344,7 +360,7 @@ class Verifier:
         verdict.warnings = [*made.warnings, *verdict.warnings, *self._interpreter_caveats(candidate, made, outcome)]
         verdict.isolation = self.zygote.mode
         claims = outcome.result if isinstance(outcome.result, dict) else {}
-        candidate_costs = claimed_seconds(claims.get("costs"))
+        candidate_costs = claimed_seconds(claims.get("costs"), names=CHILD_COSTS)
         candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s
         verdict.cost_s = {**verdict.cost_s, **self._parent_costs, "child_s": outcome.elapsed_s,
                           **candidate_costs, "total_s": time.perf_counter() - started}
