@@ -160,24 +160,35 @@ def measure(args) -> None:
     out = open(args.out, "a") if args.out else None  # noqa: SIM115 - appended line by line
     header = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                           "device": args.device, "label": args.label, "runner": runner}}
+
+    def emit(row: dict, run: int) -> None:
+        line = json.dumps({**row, "run": run + 1, **header})
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+
+    for run in range(args.runs):
+        emit(help_run(args), run)
     for candidate, problem in pairs:
         for mode in modes:
             cache_dir = Path(tempfile.mkdtemp(prefix="cold-cache-")) if mode == "reused" else None
             for run in range(args.runs):
-                row = {**one_run(args, candidate, problem, cache_dir, runner), "run": run + 1, **header}
-                line = json.dumps(row)
-                print(line, flush=True)
-                if out:
-                    out.write(line + "\n")
-                    out.flush()
+                emit(one_run(args, candidate, problem, cache_dir, runner), run)
         if args.kernelbench:
             for with_compile in (False, True):
                 for run in range(args.runs):
-                    line = json.dumps({**kernelbench_run(args, candidate, problem, with_compile), "run": run + 1, **header})
-                    print(line, flush=True)
-                    if out:
-                        out.write(line + "\n")
-                        out.flush()
+                    emit(kernelbench_run(args, candidate, problem, with_compile), run)
+
+
+def help_run(args) -> dict:
+    """`kernelloop --help` in a fresh process: what a newcomer waits for first."""
+    started = time.perf_counter()
+    done = subprocess.run([args.python, "-m", "kernelloop.cli", "--help"], capture_output=True, text=True, cwd=args.src,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(args.src), os.environ.get("PYTHONPATH"))
+                                                                          if p)}, timeout=args.timeout)
+    return {"label": "help", "pair": "kernelloop --help", "cache": "fresh", "runner": "help", "device": args.device,
+            "wall_s": time.perf_counter() - started, "status": "ran" if done.returncode == 0 else "failed"}
 
 
 # --------------------------------------------------------------------------- report
@@ -187,8 +198,8 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}"
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
 
 
 def report(directory: Path) -> str:
@@ -196,7 +207,8 @@ def report(directory: Path) -> str:
     rows = [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()
             if line.strip()]
     kernelbench = [r for r in rows if r.get("runner") == "kernelbench"]
-    rows = [r for r in rows if r.get("runner") != "kernelbench"]
+    helps = [r["wall_s"] for r in rows if r.get("runner") == "help" and r.get("status") == "ran"]
+    rows = [r for r in rows if r.get("runner") not in ("kernelbench", "help")]
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["label"], row["pair"], row["cache"], row.get("runner", "")), []).append(row)
@@ -257,7 +269,7 @@ def report(directory: Path) -> str:
     cached = [r for r in rows if "baselines_cached_at" in r.get("cost_s", {})]
     if cached:
         lines.append(f"Runs that reused cached torch.compile baselines: {len(cached)} (the verdict says so in its warnings).")
-    lines += _kernelbench_section(kernelbench) + _help_section(directory / "help_times.txt")
+    lines += _kernelbench_section(kernelbench) + _help_section(helps, directory / "help_times.txt")
     return "\n".join(lines) + "\n"
 
 
@@ -283,23 +295,23 @@ def _kernelbench_section(rows: list[dict]) -> list[str]:
             return _median([r[key] for r in group if isinstance(r.get(key), (int, float))])
         correct = sum(1 for r in group if r.get("correctness") is True)
         lines.append(f"| {label} | {pair} | {len(group)} | {correct} | {_fmt(median('wall_s'))} | {_fmt(median('imports_s'))} | "
-                     f"{_fmt(median('eval_s'))} | {_fmt(median('compile_ref_s'))} | {_fmt3(median('runtime_ms'))} | "
-                     f"{_fmt3(median('ref_runtime_ms'))} |")
+                     f"{_fmt(median('eval_s'))} | {_fmt(median('compile_ref_s'))} | {_fmt(median('runtime_ms'), 4)} | "
+                     f"{_fmt(median('ref_runtime_ms'), 4)} |")
     lines += ["", "Per run (wall s, in order): " + "; ".join(
         f"{label}/{pair}: " + ", ".join(f"{r['wall_s']:.1f}" for r in group) for (pair, label), group in sorted(groups.items())) + "."]
     return lines
 
 
-def _help_section(path: Path) -> list[str]:
-    """`kernelloop --help` in a fresh process, as /usr/bin/time measured it (lines 'help_wall_s N')."""
-    if not path.is_file():
+def _help_section(walls: list[float], legacy: Path) -> list[str]:
+    """`kernelloop --help` in a fresh process: the rows help_run wrote, or (2026-11-26, before it) lines
+    'help_wall_s N' that `/usr/bin/time -f "help_wall_s %e" python3 -m kernelloop.cli --help` wrote."""
+    if legacy.is_file():
+        walls = walls + [float(line.split()[1]) for line in legacy.read_text().splitlines() if line.startswith("help_wall_s ")]
+    if not walls:
         return []
-    walls = [float(line.split()[1]) for line in path.read_text().splitlines() if line.startswith("help_wall_s ")]
-    return ["", f"`kernelloop --help` in a fresh process ({path.name}): " + ", ".join(f"{w:.2f}" for w in walls) + " s."]
+    return ["", "`kernelloop --help` in a fresh process: " + ", ".join(f"{w:.2f}" for w in walls) + " s."]
 
 
-def _fmt3(value: float | None) -> str:
-    return "" if value is None else f"{value:.4f}"
 
 
 def main() -> None:

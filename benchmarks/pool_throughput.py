@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -33,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.tools.verify.pool import LocalPool, local_devices
+from kernelloop.tools.verify.pool import LocalPool, WorkerStats, local_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "kernelloop" / "evals" / "problems"
@@ -73,17 +74,18 @@ def measure(devices: list[str], work: list[tuple[Candidate, Problem]], repeat: i
             began = time.perf_counter()
             warm = list(callers.map(lambda pair: pool.verify(*pair), work * repeat))
             warm_s = time.perf_counter() - began
-            stats = pool.stats()
+            after_warm = pool.stats()
     return {"gpus": len(devices), "devices": devices, "problems": [p.name for _, p in work],
-            "cold": {"candidates": len(cold), "elapsed_s": round(cold_s, 2), "per_minute": 60 * len(cold) / cold_s,
-                     "statuses": [v.status.value for v in cold], "served": [s.served for s in after_cold],
-                     "busy_s": [round(s.busy_s, 2) for s in after_cold], "phase_median_s": _phase_medians(cold),
-                     "cost_s": _costs(cold)},
-            "warm": {"candidates": len(warm), "elapsed_s": round(warm_s, 2), "per_minute": 60 * len(warm) / warm_s,
-                     "statuses": [v.status.value for v in warm],
-                     "served": [s.served - a.served for s, a in zip(stats, after_cold)],
-                     "busy_s": [round(s.busy_s - a.busy_s, 2) for s, a in zip(stats, after_cold)],
-                     "phase_median_s": _phase_medians(warm), "cost_s": _costs(warm)}}
+            "cold": _pass(cold, cold_s, [WorkerStats(s.slot) for s in after_cold], after_cold),
+            "warm": _pass(warm, warm_s, after_cold, after_warm)}
+
+
+def _pass(verdicts: list, elapsed_s: float, before: list[WorkerStats], after: list[WorkerStats]) -> dict:
+    """One pass's rate, verdicts, each worker's share of it (stats after minus before) and costs."""
+    return {"candidates": len(verdicts), "elapsed_s": round(elapsed_s, 2), "per_minute": 60 * len(verdicts) / elapsed_s,
+            "statuses": [v.status.value for v in verdicts], "served": [a.served - b.served for a, b in zip(after, before)],
+            "busy_s": [round(a.busy_s - b.busy_s, 2) for a, b in zip(after, before)],
+            "phase_median_s": _phase_medians(verdicts), "cost_s": _costs(verdicts)}
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -135,8 +137,6 @@ def _differ(rows: list[dict]) -> bool:
 
 
 def machine_facts() -> dict:
-    import os
-
     import torch
     import triton
 
