@@ -8,7 +8,7 @@ line per run: the wall clock around the process, the verdict's status, and its c
 split: `phase_*_s`, `process_*_s`, `close_s`, and the candidate's own first call and trials).
 
     python benchmarks/cold_verify.py [--device cpu|cuda] [--runs 3] [--cache fresh|reused|both]
-        [--pair CANDIDATE PROBLEM ...] [--label NAME] [--out FILE.jsonl] [--src DIR]
+        [--pair CANDIDATE PROBLEM ...] [--label NAME] [--out FILE.jsonl] [--src DIR] [--profile-jobs DIR]
         [--kernelbench PATH]      (also time KernelBench's eval_kernel_against_ref, fresh processes, alone and
                                    then with its torch.compile reference timing; PATH holds its src/)
     python benchmarks/cold_verify.py --report DIR   (DIR/README.md from DIR/*.jsonl; never edit it by hand)
@@ -114,15 +114,23 @@ def cli_available(python: str) -> bool:
     return subprocess.run([python, "-c", "import typer, pydantic_settings"], capture_output=True).returncode == 0
 
 
-def one_run(args, candidate: Path, problem: Path, cache_dir: Path | None, runner: str) -> dict:
+def one_run(args, candidate: Path, problem: Path, cache_dir: Path | None, runner: str, run: int = 0) -> dict:
     workspace = Path(tempfile.mkdtemp(prefix="cold-ws-"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(args.src), os.environ.get("PYTHONPATH")) if p)}
     env["KERNELLOOP_TRUSTED_CACHE"] = str(cache_dir) if cache_dir else "off"
+    python = [args.python]
+    if args.profile_jobs:  # cProfile in the parent and in every job's process (harness._profiled)
+        where = args.profile_jobs.resolve() / f"{candidate.stem}-{'reused' if cache_dir else 'fresh'}-{run + 1}"
+        where.mkdir(parents=True, exist_ok=True)
+        env["KERNELLOOP_PROFILE_JOBS"] = str(where)
+        python += ["-m", "cProfile", "-o", str(where / "parent.prof")]
     if runner == "cli":
-        command = [args.python, "-m", "kernelloop.cli", "verify", str(candidate), "--problem", str(problem),
+        command = [*python, "-m", "kernelloop.cli", "verify", str(candidate), "--problem", str(problem),
                    "--device", args.device, "--workspace", str(workspace), "--json", "--no-progress"]
     else:
-        command = [args.python, "-c", BARE, str(candidate), str(problem), args.device, str(workspace)]
+        script = workspace / "bare_verify.py"  # a file, not -c: cProfile runs files and modules
+        script.write_text(BARE)
+        command = [*python, str(script), str(candidate), str(problem), args.device, str(workspace)]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=args.src, timeout=args.timeout)
     wall = time.perf_counter() - started
@@ -174,9 +182,9 @@ def measure(args) -> None:
         for mode in modes:
             cache_dir = Path(tempfile.mkdtemp(prefix="cold-cache-")) if mode == "reused" else None
             for run in range(args.runs):
-                emit(one_run(args, candidate, problem, cache_dir, runner), run)
+                emit(one_run(args, candidate, problem, cache_dir, runner, run), run)
         if args.kernelbench:
-            for with_compile in (False, True):
+            for with_compile in (False,) if args.kernelbench_eval_only else (False, True):
                 for run in range(args.runs):
                     emit(kernelbench_run(args, candidate, problem, with_compile), run)
 
@@ -203,7 +211,7 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def report(directory: Path) -> str:
-    """DIR/README.md's text, from DIR/*.jsonl (and DIR/warm_pool_*.json, DIR/help_times.txt)."""
+    """DIR/README.md's text, from DIR/*.jsonl (and DIR/warm_pool_*.json, DIR/help_times.txt, DIR/builds.json)."""
     rows = [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()
             if line.strip()]
     kernelbench = [r for r in rows if r.get("runner") == "kernelbench"]
@@ -226,6 +234,10 @@ def report(directory: Path) -> str:
              "every run of the row). Phases are the verdict's `cost_s` (`phase_*_s`), plus the process around it: "
              "start (interpreter, CLI, reading the files), the parent's imports and stopping the workers. Load is the "
              "1-minute load average when each run ended (the median): a loaded machine stretches every phase.", ""]
+    builds = directory / "builds.json"  # what each label ran, recorded with the raw files where labels need words
+    if builds.is_file():
+        lines += ["Builds (from builds.json):", ""] + [f"- `{label}`: {what}" for label, what in
+                                                       json.loads(builds.read_text()).items()] + [""]
     shown = [p for p in PHASES if any(f"{p}_s" in r.get("cost_s", {}) or f"phase_{p}_s" in r.get("cost_s", {})
                                       for r in rows)]
     # The candidate's first call, step by step, where the child reported it (harness.run_one's laps)
@@ -253,8 +265,11 @@ def report(directory: Path) -> str:
         lines += ["The candidate's first call outside its own forward (moving the inputs in, poisoning memory, the checks, "
                   "the outputs out; median s): " + "; ".join(f"{label}/{pair}/{cache}: {statistics.median(values):.2f}"
                                                             for (label, pair, cache, _), values in outside if values) + ".", ""]
-    lines += ["Rows of a build without the phase split (`before`) show the coarse keys it recorded: `reference` is its "
-              "reference_s (the trusted worker's start and the reference), `compare` its compare_s.", ""]
+    coarse = sorted({r["label"] for r in rows if r.get("cost_s") and "phase_reference_s" not in r["cost_s"]})
+    if coarse:
+        lines += [f"Rows of a build without the phase split ({', '.join(coarse)}) show the coarse keys it recorded: "
+                  "`reference` is its reference_s (the trusted worker's start and the reference), `compare` its "
+                  "compare_s.", ""]
     warm = sorted(directory.glob("warm_pool_*.json"))
     if warm:
         lines += ["Warm pool (one Verifier, each candidate verified twice; `benchmarks/verifier_bench.py --device cpu`; "
@@ -327,7 +342,12 @@ def main() -> None:
     parser.add_argument("--runner", choices=["auto", "cli", "bare"], default="auto")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--kernelbench", type=Path, help="a KernelBench checkout: time eval_kernel_against_ref too (GPU)")
+    parser.add_argument("--kernelbench-eval-only", action="store_true",
+                        help="with --kernelbench: its eval alone, not also with its torch.compile reference timing")
     parser.add_argument("--report", type=Path, help="write DIR/README.md from DIR/*.jsonl and stop")
+    parser.add_argument("--profile-jobs", type=Path, metavar="DIR",
+                        help="cProfile the parent and each job's process into DIR/<pair>-<cache>-<run>/ (slows them: "
+                             "for finding where the time goes, not for the timings)")
     args = parser.parse_args()
     if args.report:
         (args.report / "README.md").write_text(report(args.report))

@@ -12,6 +12,7 @@ input checks) as claims.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -508,6 +509,22 @@ def run_baselines(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
 JOBS = {"reference": run_reference, "candidate": run_candidate, "baselines": run_baselines}
 
 
+def _profiled(run, job: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """The job, under cProfile where $KERNELLOOP_PROFILE_JOBS names a directory: a developer's view of
+    where a job's time goes (benchmarks/cold_verify.py --profile-jobs). Never read by a verdict."""
+    where = os.environ.get("KERNELLOOP_PROFILE_JOBS")
+    if not where:
+        return run(job, channel)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(run, job, channel)
+    finally:
+        with contextlib.suppress(OSError):  # a sandbox that can't write there loses the profile, not the job
+            profiler.dump_stats(os.path.join(where, f"{job['kind']}-{os.getpid()}.prof"))
+
+
 def run_job(job: dict[str, Any]) -> int:
     """Entry point in the forked child; returns the exit code. Never raises."""
     channel = Channel.from_job(job)
@@ -515,7 +532,7 @@ def run_job(job: dict[str, Any]) -> int:
         gpu_fraction = (job.get("limits") or {}).get("gpu_memory_fraction")
         if gpu_fraction and job["device"].startswith("cuda"):  # before any candidate code can allocate
             torch.cuda.set_per_process_memory_fraction(float(gpu_fraction))
-        result = JOBS[job["kind"]](job, channel)
+        result = _profiled(JOBS[job["kind"]], job, channel)
     except SystemExit as exc:
         result = {"status": "runtime_error", "code": Code.exited.value, "reason": f"exited: sys.exit({exc.code}) while loading"}
     except Exception as exc:

@@ -37,6 +37,9 @@ class Made:
     warnings: list[str]
 
 
+CLOSE_WAIT_S = 1.0
+
+
 class ReferenceServer:
     """The trusted job for one problem, started on first use and closed with `close()`."""
 
@@ -132,6 +135,6 @@ class ReferenceServer:
 
     def close(self, keep: bool = False) -> None:
         self.session.send({"close": {}})
-        self.session.finish()
+        self.session.finish(wait_s=CLOSE_WAIT_S)  # told to close, it ends on its own (its result: milliseconds)
         if not keep:
             remove_job_dir(self.job_dir)
