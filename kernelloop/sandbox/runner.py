@@ -45,7 +45,7 @@ ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH",
                  "CC", "CXX", "TORCH_CUDA_ARCH_LIST", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
                  "VIRTUAL_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED",
                  "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-                 PRELOAD_ENV)
+                 PRELOAD_ENV, "KERNELLOOP_PROFILE_JOBS")
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
 OUTPUT_TAIL_BYTES = 4000
 PHASE_POLL_S = 0.05
@@ -80,14 +80,21 @@ def cache_env(cache_dir: Path) -> dict[str, str]:
 
 
 def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None, preload: Sequence[str] = (),
-                 preload_later: Sequence[str] = ()) -> dict[str, str]:
+                 preload_later: Sequence[str] = (), bytecode_dir: Path | None = None,
+                 bytecode_writes: bool = False) -> dict[str, str]:
+    """The jobs' environment: an allowlist of the parent's (no secrets), and their caches. Bytecode
+    is read from `bytecode_dir` where one is given (PYTHONPYCACHEPREFIX), and written there only
+    with `bytecode_writes` (trusted workers); never written anywhere else."""
     env = {k: v for k, v in os.environ.items()
            if k in ENV_ALLOWLIST and not any(marker in k.upper() for marker in SECRET_MARKERS)}
     package_root = str(Path(kernelloop.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     env.update(cache_env(cache_dir))
     env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if bytecode_dir is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode_dir)
+    if bytecode_dir is None or not bytecode_writes:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[DEVICE_ENV] = device  # the job module may preload what this device's jobs need
     env[PRELOAD_NOW_ENV], env[PRELOAD_LATER_ENV] = ",".join(preload), ",".join(preload_later)
     if device == "cuda":  # is_available() by NVML: a zygote that asks stays fork-safe for CUDA
@@ -118,13 +125,17 @@ class Zygote:
     preload_later: modules it imports in the background once its first child is forked, for later
     jobs only (the first job does not wait for them). wait: False returns at once, with the
     zygote still starting; the first use (or `wait_ready()`) waits for it, so several start together.
+    bytecode_dir: where imports find compiled bytecode (PYTHONPYCACHEPREFIX) instead of compiling
+    every module's source in every new worker; bytecode_writes: they keep what they compile there
+    (only a trusted worker, in a dir no candidate can write: a planted .pyc would run in the
+    trusted process). A candidates' worker reads it, bound read-only where bubblewrap works.
     """
 
     def __init__(self, job_module: str, device: str, work_dir: Path, gpu_index: int | None = None,
                  hide: Sequence[Path] = (), isolation: str | None = None, limits: ChildLimits | None = None,
                  standby: bool = True, cache_dir: Path | None = None, read_only: Sequence[Path] = (),
                  per_job_cache: bool = False, preload: Sequence[str] = (), preload_later: Sequence[str] = (),
-                 wait: bool = True):
+                 wait: bool = True, bytecode_dir: Path | None = None, bytecode_writes: bool = False):
         self.device = device
         self.per_job_cache = per_job_cache
         self.work_dir = Path(work_dir).resolve()
@@ -144,7 +155,8 @@ class Zygote:
         self._started = time.perf_counter()
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env=scrubbed_env(device, self.cache_dir, gpu_index, preload, preload_later), cwd=self.work_dir,
+            env=scrubbed_env(device, self.cache_dir, gpu_index, preload, preload_later, bytecode_dir, bytecode_writes),
+            cwd=self.work_dir,
             start_new_session=True,  # Ctrl-C in the terminal reaches us, not the zygote mid-job
         )
         self._buffer = b""

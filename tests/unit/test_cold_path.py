@@ -141,9 +141,20 @@ def test_preload_off_leaves_every_import_to_the_jobs(tmp_path, monkeypatch):
 
 def test_the_candidates_worker_never_preloads_the_compiler(tmp_path):
     v = verifier(tmp_path / "ws")
-    assert not {"torch._dynamo", "torch._inductor.compile_fx"} & set(v.layout.candidate.preload + v.layout.candidate.preload_later)
-    assert not v.layout.trusted.preload  # the first reference job never waits for a preload
+    assert "torch._inductor.compile_fx" not in v.layout.candidate.preload + v.layout.candidate.preload_later
+    # What a dispatch mode's first entry imports, both workers have before their first job.
+    assert "torch._dynamo" in v.layout.candidate.preload and "torch._dynamo" in v.layout.trusted.preload
     v.close()
+
+
+def test_a_candidates_child_starts_with_what_the_op_recorder_imports(tmp_path):
+    """Entering a TorchDispatchMode imports torch._dynamo the first time (seconds): the child of
+    a candidate's job must find it already imported, not pay it in its first call."""
+    probe = "import sys\nprint('dynamo at import:', 'torch._dynamo' in sys.modules)"
+    with verifier(tmp_path / "ws", static_checks=False) as v:
+        verdict = v.verify(Candidate(KERNEL.replace("PRELUDE", probe)), problem_file(tmp_path))
+    assert verdict.status is Status.correct, verdict.reason
+    assert "dynamo at import: True" in verdict.stdout_tail
 
 
 # --------------------------------------------------------------------------- the trusted cache
@@ -233,7 +244,7 @@ def test_the_trusted_cache_can_be_turned_off(tmp_path, monkeypatch):
 WRITER = '''
 import pathlib
 ROOT = pathlib.Path(CACHE)
-for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT):
+for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT, ROOT / "compile-cpu" / "pycache"):
     try:
         where.mkdir(parents=True, exist_ok=True)
         (where / "planted.json").write_text("{}")
@@ -245,8 +256,13 @@ for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT):
 
 @needs_bwrap
 def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
+    from kernelloop.tools.verify import workers
+
     cache = tmp_path / "trusted-cache"
     monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(cache))
+    # As on the H100 node: torch without bytecode, so the trusted bytecode dir is bound read-only into
+    # the candidates' sandbox, the one part of the trusted cache a candidate can see.
+    monkeypatch.setattr(workers, "installed_with_bytecode", lambda package="torch": False)
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
     problem = problem_file(tmp_path)
     writer = KERNEL.replace("PRELUDE", WRITER.replace("CACHE", repr(str(cache))))
@@ -257,14 +273,81 @@ def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
     assert verdict.status is Status.correct, verdict.reason  # its kernel is still right, whatever it wrote
     # What it wrote (if anything) went to its sandbox's own throwaway tmpfs, never the trusted dir.
     assert not list(cache.rglob("planted.json"))
+    assert f"refused {cache / 'compile-cpu' / 'pycache'} OSError" in verdict.stdout_tail  # read-only where it shows
 
 
-def test_the_trusted_cache_is_off_unless_asked(monkeypatch):
+def test_the_trusted_cache_is_on_by_default_only_with_bubblewrap(monkeypatch, tmp_path):
     from kernelloop.tools.verify.trusted_cache import trusted_cache_root
 
     monkeypatch.delenv("KERNELLOOP_TRUSTED_CACHE", raising=False)
-    root, note = trusted_cache_root("bubblewrap")
-    assert root is None and "off by default" in note
-    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", "on")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     root, _ = trusted_cache_root("bubblewrap")
-    assert root is not None and root.name == "trusted"
+    assert root == tmp_path.resolve() / "kernelloop" / "trusted"
+    root, note = trusted_cache_root("plain")
+    assert root is None and "plain" in note
+    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", "on")
+    assert trusted_cache_root("bubblewrap")[0] == tmp_path.resolve() / "kernelloop" / "trusted"
+
+
+# --------------------------------------------------------------------------- bytecode
+
+
+def test_a_trusted_worker_keeps_bytecode_and_a_candidates_worker_only_reads_it(tmp_path, monkeypatch):
+    """Where torch has no .pyc (the H100 node's image), each new worker compiled every module from
+    source. A trusted worker keeps what it compiles in its bytecode dir; a candidates' worker reads
+    from the same dir, writes nothing there (read-only in its sandbox) and nothing anywhere else."""
+    source = tmp_path / "work" / "src"  # inside the worker's dir: visible in its sandbox
+    source.mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", f"{source}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    bytecode = tmp_path / "trusted" / "pycache"
+    tag = sys.implementation.cache_tag
+
+    def start(module: str, writes: bool | None) -> None:
+        (source / f"{module}.py").write_text("VALUE = 1\n")
+        cache = bytecode.parent if writes else tmp_path / "cache"  # as in workers.layout: the trusted cache holds it
+        Zygote("tests.unit.preload_probe", "cpu", tmp_path / "work", cache_dir=cache, preload=(module,),
+               bytecode_dir=None if writes is None else bytecode, bytecode_writes=bool(writes),
+               read_only=[bytecode] if writes is False else []).close()
+
+    def written(module: str) -> list[str]:
+        return sorted(p.name for p in tmp_path.rglob(f"{module}*.pyc"))
+
+    start("probe_not_cached", None)
+    assert written("probe_not_cached") == []
+    start("probe_cached", True)
+    assert [p.name for p in bytecode.rglob("probe_cached*.pyc")] == [f"probe_cached.{tag}.pyc"]
+    start("probe_read_only", False)
+    assert written("probe_read_only") == []
+
+
+def test_only_an_install_without_bytecode_gets_a_bytecode_cache(tmp_path, monkeypatch):
+    from kernelloop.tools.verify.workers import installed_with_bytecode
+
+    package = tmp_path / "pkg_without_pyc"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not installed_with_bytecode("pkg_without_pyc")
+    import py_compile
+
+    py_compile.compile(str(package / "__init__.py"), cfile=str(package / "__pycache__" /
+                                                                  f"__init__.{sys.implementation.cache_tag}.pyc"))
+    assert installed_with_bytecode("pkg_without_pyc")
+    assert installed_with_bytecode("no_such_package_here")
+
+
+@needs_bwrap
+def test_the_bytecode_cache_is_only_where_the_trusted_cache_is(tmp_path, monkeypatch):
+    from kernelloop.tools.verify import workers
+
+    monkeypatch.setattr(workers, "installed_with_bytecode", lambda package="torch": False)
+    monkeypatch.setenv("KERNELLOOP_SANDBOX", "auto")
+    for setting, expected in (("off", False), (str(tmp_path / "trusted"), True)):
+        monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", setting)
+        made = workers.layout("cpu", tmp_path / "ws", None, True, False)
+        assert (made.trusted.bytecode_dir is not None) is expected and made.trusted.bytecode_writes
+        assert made.candidate.bytecode_dir == made.trusted.bytecode_dir
+        assert not made.candidate.bytecode_writes  # a candidates' worker never writes bytecode
+    monkeypatch.setenv("KERNELLOOP_SANDBOX", "plain")  # a candidate could write any dir: no trusted cache, no bytecode
+    made = workers.layout("cpu", tmp_path / "ws", None, True, False)
+    assert made.trusted.bytecode_dir is None and made.candidate.bytecode_dir is None

@@ -1,8 +1,8 @@
 """What the trusted side keeps across processes, and where: torch.compile's caches for the
 trusted job, and the torch.compile baselines' timings (not the reference's outputs).
 
-Where. One dir per user (KERNELLOOP_TRUSTED_CACHE=on: ~/.cache/kernelloop/trusted, or a dir; off unless
-asked, until a cache hit's path has been measured on a GPU), used only
+Where. One dir per user (~/.cache/kernelloop/trusted by default, or KERNELLOOP_TRUSTED_CACHE=DIR; on by
+default since a cache hit's path was measured on a GPU, docs/results/h100_cold_verify/), used only
 where the candidates' sandbox is bubblewrap: there it is hidden from every candidate job (the home
 dir is a tmpfs in their sandbox, and the dir is hidden by name as well), and only the trusted
 worker mounts it writable. In plain mode a candidate runs as the same user with the same
@@ -51,13 +51,11 @@ def trusted_cache_root(mode: str, candidate_root: Path | None = None) -> tuple[P
     raw = os.environ.get(TRUSTED_CACHE_ENV, "").strip()
     if raw.lower() in ("off", "0", "no", "none", "false"):
         return None, f"trusted cache off ({TRUSTED_CACHE_ENV}={raw})"
-    if not raw:  # opt-in until its GPU path (a cache hit skips torch.compile) has run on a GPU
-        return None, f"trusted cache off by default: {TRUSTED_CACHE_ENV}=on (or a dir) turns it on"
     if mode != "bubblewrap":
         return None, ("trusted cache off: the candidates' sandbox is plain, so a candidate could write any dir "
                       "the trusted side would read (install bubblewrap to reuse baselines across processes)")
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelloop" / "trusted"
-    root = base.resolve() if raw.lower() == "on" else Path(raw).expanduser().resolve()
+    root = base.resolve() if raw.lower() in ("", "on") else Path(raw).expanduser().resolve()
     if candidate_root is not None and (_within(root, candidate_root.resolve()) or _within(candidate_root.resolve(), root)):
         return None, f"trusted cache off: {root} overlaps the candidates' work dir {candidate_root}"
     return root, f"trusted cache: {root}"

@@ -6,17 +6,30 @@ once. The Verifier makes its workers from the same specs (`take` hands it a pres
 matches exactly, else it starts one), so a prestarted worker is the one it would have made.
 
 Preloads by role, so the first verification never waits for what only later ones use:
+  both workers         torch._dynamo, before they are ready: every job enters a dispatch mode (the op
+                       recorder) and the trusted one runs the problem on the meta device, and torch
+                       imports torch._dynamo the first time either happens (TorchDispatchMode.__enter__
+                       is wrapped in torch._disable_dynamo). In each job's child that cost 1.2 s on a
+                       2-core CPU and 4.5 s on the H100 node, whose torch has no bytecode cache
+                       (benchmarks/cold_verify.py --profile-jobs); in the worker it is paid once, while
+                       the parent imports and the reference runs
   candidates' worker   the launch counter's modules, before it is ready (every candidate job needs
                        them); never the compiler (a candidate's job does not compile baselines)
-  trusted worker       nothing before it is ready; on a GPU worker that times, the compiler in the
-                       background once its first job (this problem's reference) is forked, for the
-                       reference jobs of later problems. The first reference job imports the
-                       compiler itself, asked ahead while the candidate compiles (`warm_up`).
+  trusted worker       on a GPU worker that times, the compiler in the background once its first job
+                       (this problem's reference) is forked, for the reference jobs of later problems.
+                       The first reference job imports the compiler itself, asked ahead while the
+                       candidate compiles (`warm_up`).
+
+Bytecode: jobs never write .pyc files. Where torch was installed without them, the trusted worker
+keeps what it compiles in the persistent trusted cache (only there: no candidate can write it), and
+the candidates' worker reads it, read-only: a second process then skips recompiling torch's sources.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +42,7 @@ JOB_MODULE = "kernelloop.tools.verify.harness"
 # The same names as harness.LAUNCH_COUNTER_MODULES and COMPILER_MODULES (the harness imports torch).
 LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
+DISPATCH_MODULES = ("torch._dynamo",)  # what the first dispatch mode or meta-device run imports
 
 
 @dataclass(frozen=True)
@@ -44,11 +58,16 @@ class WorkerSpec:
     per_job_cache: bool
     preload: tuple[str, ...] = ()
     preload_later: tuple[str, ...] = ()
+    bytecode_dir: Path | None = None
+    bytecode_writes: bool = False
 
     def start(self, wait: bool = True) -> Zygote:
+        # A worker that only reads the bytecode sees its dir read-only (where bubblewrap works).
+        read_only = [self.bytecode_dir] if self.bytecode_dir is not None and not self.bytecode_writes else []
         return Zygote(JOB_MODULE, self.device, self.work_dir, self.gpu_index, hide=list(self.hide), standby=self.standby,
                       cache_dir=self.cache_dir, per_job_cache=self.per_job_cache, preload=self.preload,
-                      preload_later=self.preload_later, wait=wait)
+                      preload_later=self.preload_later, wait=wait, bytecode_dir=self.bytecode_dir,
+                      bytecode_writes=self.bytecode_writes, read_only=read_only)
 
 
 @dataclass
@@ -80,15 +99,32 @@ def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, t
     trusted_cache_dir = (cache_root / f"compile-{device}" if cache_root is not None
                          else workspace / "verifier" / f"cache-{device}-trusted")
     made = Layout(root, trusted_root, trusted_cache_dir, cache_root, note)
-    preload = () if os.environ.get("KERNELLOOP_PRELOAD", "1") == "0" else LAUNCH_COUNTER_MODULES
+    preloading = os.environ.get("KERNELLOOP_PRELOAD", "1") != "0"
+    preload = (*DISPATCH_MODULES, *LAUNCH_COUNTER_MODULES) if preloading else ()
     hide = (workspace,) + ((cache_root,) if cache_root is not None else ())
     if cache_root is not None:
         cache_root.mkdir(parents=True, exist_ok=True)  # a dir to hide must exist before the sandbox starts
-    made.candidate = WorkerSpec(device, root, gpu_index, hide, standby, None, True, preload=preload)
-    later = COMPILER_MODULES if device == "cuda" and time_it else ()
+    # Bytecode of torch and the rest, compiled once by the trusted worker, kept in the trusted cache.
+    bytecode = (trusted_cache_dir / "pycache" if cache_root is not None and not installed_with_bytecode() else None)
+    made.candidate = WorkerSpec(device, root, gpu_index, hide, standby, None, True, preload=preload,
+                                bytecode_dir=bytecode)
+    later = tuple(m for m in COMPILER_MODULES if m not in DISPATCH_MODULES) if device == "cuda" and time_it else ()
     made.trusted = WorkerSpec(device, trusted_root, gpu_index, (workspace,), standby, trusted_cache_dir, False,
-                              preload_later=later)
+                              preload=DISPATCH_MODULES if preloading else (), preload_later=later,
+                              bytecode_dir=bytecode, bytecode_writes=True)
     return made
+
+
+def installed_with_bytecode(package: str = "torch") -> bool:
+    """Whether `package` was installed with its bytecode compiled (pip's default; not uv's, nor
+    images that set PYTHONDONTWRITEBYTECODE). Without it every new worker compiles each module it
+    imports from source: 5 s of the trusted worker's start on the H100 node. Found without
+    importing the package (the CLI asks before its own torch import)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin:
+        return True  # nothing to cache
+    source = Path(spec.origin)
+    return (source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc").is_file()
 
 
 _started: dict[WorkerSpec, Zygote] = {}
