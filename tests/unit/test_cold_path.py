@@ -351,3 +351,23 @@ def test_the_bytecode_cache_is_only_where_the_trusted_cache_is(tmp_path, monkeyp
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "plain")  # a candidate could write any dir: no trusted cache, no bytecode
     made = workers.layout("cpu", tmp_path / "ws", None, True, False)
     assert made.trusted.bytecode_dir is None and made.candidate.bytecode_dir is None
+
+
+def test_a_problem_or_candidate_file_is_never_run_from_stale_bytecode(tmp_path, monkeypatch):
+    """With bytecode kept (a trusted worker's PYTHONPYCACHEPREFIX), a .pyc is matched by its source's
+    mtime in whole seconds and its size: a file edited within the same second at the same size must
+    still run as it is now."""
+    from kernelloop.problem import import_source
+
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "pycache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    path = tmp_path / "edited.py"
+    path.write_text("VALUE = 1\n")
+    stamp = path.stat().st_mtime_ns
+    first = import_source(path, "kernelloop_edited_probe")
+    import py_compile
+
+    py_compile.compile(str(path))  # even a .pyc of the old text where the prefix would have it
+    path.write_text("VALUE = 2\n")  # the same size
+    os.utime(path, ns=(stamp, stamp))  # and the same mtime
+    assert (first.VALUE, import_source(path, "kernelloop_edited_probe").VALUE) == (1, 2)
