@@ -2,7 +2,7 @@
 trusted job, and the torch.compile baselines' timings (not the reference's outputs).
 
 Where. One dir per user (~/.cache/kernelloop/trusted by default, or KERNELLOOP_TRUSTED_CACHE=DIR; on by
-default since a cache hit's path was measured on a GPU, docs/results/h100_cold_verify/), used only
+default since a cache hit's path was measured on a GPU, docs/results/h200_cold_verify/), used only
 where the candidates' sandbox is bubblewrap: there it is hidden from every candidate job (the home
 dir is a tmpfs in their sandbox, and the dir is hidden by name as well), and only the trusted
 worker mounts it writable. In plain mode a candidate runs as the same user with the same

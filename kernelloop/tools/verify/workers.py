@@ -9,10 +9,10 @@ Preloads by role, so the first verification never waits for what only later ones
   both workers         torch._dynamo, before they are ready: every job enters a dispatch mode (the op
                        recorder) and the trusted one runs the problem on the meta device, and torch
                        imports torch._dynamo the first time either happens (TorchDispatchMode.__enter__
-                       is wrapped in torch._disable_dynamo). In each job's child that cost 1.2 s on a
-                       2-core CPU and 4.5 s on the H100 node, whose torch has no bytecode cache
+                       is wrapped in torch._disable_dynamo). In each job's child that cost 1.0-1.5 s on
+                       a 2-core CPU and 4.4-5.8 s on an H100 node, whose torch has no bytecode cache
                        (benchmarks/cold_verify.py --profile-jobs); in the worker it is paid once, while
-                       the parent imports and the reference runs
+                       the parent imports
   candidates' worker   the launch counter's modules, before it is ready (every candidate job needs
                        them); never the compiler (a candidate's job does not compile baselines)
   trusted worker       on a GPU worker that times, the compiler in the background once its first job
