@@ -276,6 +276,27 @@ def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
     assert f"refused {cache / 'compile-cpu' / 'pycache'} OSError" in verdict.stdout_tail  # read-only where it shows
 
 
+
+@needs_bwrap
+def test_a_candidate_cannot_plant_bytecode_for_the_trusted_worker(tmp_path, monkeypatch):
+    """tests/fixtures/cheats/plant_trusted_bytecode.py turns bytecode writing back on and writes a .pyc
+    for a module the trusted worker imports later, into the dir its sandbox is handed to read."""
+    from kernelloop.tools.verify import workers
+
+    cache = tmp_path / "trusted-cache"
+    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(cache))
+    monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
+    monkeypatch.setattr(workers, "installed_with_bytecode", lambda package="torch": False)
+    attack = ROOT / "tests" / "fixtures" / "cheats" / "plant_trusted_bytecode.py"
+    problem = Problem.from_file(ROOT / "tests" / "fixtures" / "problems" / "relu.py")
+    with verifier(tmp_path / "ws", static_checks=False) as v:
+        bytecode = v.layout.trusted.bytecode_dir
+        verdict = v.verify(Candidate.from_file(attack), problem)
+    assert bytecode is not None and verdict.isolation == "bubblewrap"
+    assert verdict.status is Status.correct, verdict.reason
+    assert "refused" in verdict.stdout_tail and "planted " not in verdict.stdout_tail  # it did try, and failed
+    assert not list(cache.rglob("planted.pyc")) and not list(cache.rglob("compile_fx*.pyc"))
+
 def test_the_trusted_cache_is_on_by_default_only_with_bubblewrap(monkeypatch, tmp_path):
     from kernelloop.tools.verify.trusted_cache import trusted_cache_root
 
