@@ -128,7 +128,7 @@ class Zygote:
     bytecode_dir: where imports find compiled bytecode (PYTHONPYCACHEPREFIX) instead of compiling
     every module's source in every new worker; bytecode_writes: they keep what they compile there
     (only a trusted worker, in a dir no candidate can write: a planted .pyc would run in the
-    trusted process). A candidates' worker reads it, bound read-only where bubblewrap works.
+    trusted process); without it the dir is bound read-only where bubblewrap works.
     """
 
     def __init__(self, job_module: str, device: str, work_dir: Path, gpu_index: int | None = None,
@@ -142,11 +142,15 @@ class Zygote:
         self.cache_dir = Path(cache_dir).resolve() if cache_dir else self.work_dir / "cache"
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / INPUTS_DIR).mkdir(parents=True, exist_ok=True)
-        for path in read_only:
+        # The bytecode dir: writable for the worker that keeps it, read-only for one that only reads it.
+        keeps = [Path(bytecode_dir)] if bytecode_dir is not None and bytecode_writes else []
+        reads = [Path(bytecode_dir)] if bytecode_dir is not None and not bytecode_writes else []
+        writable, read_only = [self.cache_dir, *keeps], [*read_only, *reads]
+        for path in [*keeps, *read_only]:  # a bind's source must exist before the sandbox starts
             Path(path).mkdir(parents=True, exist_ok=True)
         self.limits = limits
         self.mode, self.mode_note = choose_mode(isolation)
-        self.mounts = (sandbox_mounts(self.work_dir, device, hide, writable=[self.cache_dir], read_only=read_only)
+        self.mounts = (sandbox_mounts(self.work_dir, device, hide, writable=writable, read_only=read_only)
                        if self.mode == "bubblewrap" else [])
         command = [sys.executable, "-m", "kernelloop.sandbox.zygote", job_module, *([] if standby else ["--no-standby"])]
         if self.mounts:

@@ -327,8 +327,7 @@ def test_a_trusted_worker_keeps_bytecode_and_a_candidates_worker_only_reads_it(t
         (source / f"{module}.py").write_text("VALUE = 1\n")
         cache = bytecode.parent if writes else tmp_path / "cache"  # as in workers.layout: the trusted cache holds it
         Zygote("tests.unit.preload_probe", "cpu", tmp_path / "work", cache_dir=cache, preload=(module,),
-               bytecode_dir=None if writes is None else bytecode, bytecode_writes=bool(writes),
-               read_only=[bytecode] if writes is False else []).close()
+               bytecode_dir=None if writes is None else bytecode, bytecode_writes=bool(writes)).close()
 
     def written(module: str) -> list[str]:
         return sorted(p.name for p in tmp_path.rglob(f"{module}*.pyc"))

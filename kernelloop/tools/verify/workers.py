@@ -62,12 +62,10 @@ class WorkerSpec:
     bytecode_writes: bool = False
 
     def start(self, wait: bool = True) -> Zygote:
-        # A worker that only reads the bytecode sees its dir read-only (where bubblewrap works).
-        read_only = [self.bytecode_dir] if self.bytecode_dir is not None and not self.bytecode_writes else []
         return Zygote(JOB_MODULE, self.device, self.work_dir, self.gpu_index, hide=list(self.hide), standby=self.standby,
                       cache_dir=self.cache_dir, per_job_cache=self.per_job_cache, preload=self.preload,
                       preload_later=self.preload_later, wait=wait, bytecode_dir=self.bytecode_dir,
-                      bytecode_writes=self.bytecode_writes, read_only=read_only)
+                      bytecode_writes=self.bytecode_writes)
 
 
 @dataclass
