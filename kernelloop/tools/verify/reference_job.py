@@ -6,9 +6,13 @@ Model once, and then answers the parent on its channel:
   make      inputs for the seeds the parent drew (secret to the candidate), and the reference's
             outputs on them; inputs and outputs go to separate files, and only the inputs file
             ever reaches the candidate's job
-  warm_up   import the compiler the torch.compile baseline needs (the parent asks ahead, while the
-            candidate compiles and runs its trials; CPU only, nothing on the device)
+  warm_up   import the compiler the torch.compile baseline needs, and with `build` (a problem's
+            first verification, outputs not huge) build the baselines on the last inputs made,
+            torch.compile included; the parent asks ahead, while the candidate compiles and runs its
+            trials, so the first verification does not wait for a compile after them. Their first
+            calls run on the device beside the candidate's trials; nothing is timed then
   timing    eager, torch.compile and the problem's own baselines, set up on the last inputs made
+            (built here unless warm_up built them)
   block     rounds of those baselines, timed with events (GPU)
   back      back-to-back calls of eager, which the parent times with its own clock
   close     the end
@@ -117,23 +121,27 @@ class ReferenceJob:
             return {"input_bytes": None, "output_bytes": None}
         return {"input_bytes": _nbytes(inputs), "output_bytes": _nbytes(outputs)}
 
-    def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
+    def build_baselines(self, skip: list[str]) -> None:
+        """The baselines' callables on the last sets made, torch.compile'd (their first calls) unless
+        `skip` names them. Once per problem: each verification puts its own input sets into the
+        same list, which the callables read, so nothing recompiles."""
         from kernelloop.tools.profile.measure import AUTOTUNE, COMPILE, baseline_callables, roofline_of
         from kernelloop.tools.profile.timing import cuda_rounds
 
-        # The baselines are built (and torch.compile'd) once per problem; each verification puts its
-        # own input sets into the same list, which their callables read, so nothing recompiles.
         fresh_sets = [to_device(inputs, self.device) for inputs in self.last_sets]
         if self._timing is None or len(fresh_sets) != len(self.sets):
             self.sets = fresh_sets
             # Compile baselines timed before and kept by the parent (trusted_cache.py) are not compiled here.
-            with_compile = not {COMPILE, AUTOTUNE} & set(request.get("skip") or ())
+            with_compile = not {COMPILE, AUTOTUNE} & set(skip)
             fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
                                                                  self.full_baselines, with_compile=with_compile)
             self._timing = cuda_rounds(fns, len(self.sets))
             self.roofline = roofline_of(self.eager, self.sets)
         else:
             self.sets[:] = fresh_sets
+
+    def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.build_baselines(list(request.get("skip") or ()))  # a no-op where warm_up built them
         hold_ms = self._timing.warm()
         return {"names": list(self._timing.fns), "compile_s": self.compile_s, "hold_ms": hold_ms,
                 "roofline": self.roofline, "device_name": torch.cuda.get_device_name()}
@@ -148,7 +156,12 @@ class ReferenceJob:
         missing = [name for name in COMPILER_MODULES if name not in sys.modules]
         for name in missing:
             importlib.import_module(name)
-        return {"imported": missing, "import_s": time.perf_counter() - started}
+        answer: dict[str, Any] = {"imported": missing, "import_s": time.perf_counter() - started}
+        if request.get("build") and self._timing is None and self.last_sets:
+            built = time.perf_counter()
+            self.build_baselines(list(request.get("skip") or ()))
+            answer["build_s"] = time.perf_counter() - built
+        return answer
 
     def block(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"samples_ms": self._timing.block(int(request["rounds"]))}
