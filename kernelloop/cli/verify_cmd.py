@@ -30,6 +30,7 @@ from kernelloop.cli._common import (
     load_problem,
     settings,
 )
+from kernelloop.cli._program import finish
 
 if TYPE_CHECKING:
     from kernelloop.results import Verdict
@@ -82,10 +83,15 @@ def process_age_s() -> float | None:
 
 def prestart_workers(device: str, workspace: Path | None, time_it: bool) -> None:
     """Start the verifier's sandbox workers before this process imports torch, so the three imports
-    run at once (tools/verify/workers.py); only where the device is known without torch."""
+    run at once (tools/verify/workers.py). `auto` is guessed without torch (NVML): where torch then
+    decides otherwise, the verifier starts its own and the prestarted ones are closed unused."""
     from kernelloop.tools.verify import workers
     from kernelloop.workspace import workspace_dir
 
+    if device == "auto":
+        from kernelloop.tools.profile.gpu import visible_gpu_count
+
+        device = "cuda" if visible_gpu_count() > 0 else "cpu"
     kind, _, index = device.partition(":")
     if kind == "cpu" and not index:
         workers.prestart("cpu", workspace_dir(workspace), None, time_it=False)
@@ -110,7 +116,9 @@ def print_timings(verdict: Verdict) -> None:
             table.add_row(name, f"{value:.2f}", f"{100 * value / wall:.0f}%" if wall else "", words)
     table.add_row("wall", f"{wall:.2f}", "", "from process start to the verdict")
     errors.print(table)
-    extra = {k: v for k, v in cost.items() if k in ("first_call_s", "trials_s", "baselines_import_s", "child_s")}
+    within = ("first_call_s", "trials_s", "baselines_import_s", "baselines_build_s", "child_s",
+              "trusted_worker_import_s", "candidate_worker_import_s")
+    extra = {k: v for k, v in cost.items() if k in within}
     if extra:
         errors.print("  within: " + ", ".join(f"{k} {v:.2f}" for k, v in extra.items()), highlight=False)
     if "baselines_cached_at" in cost:
@@ -197,4 +205,4 @@ def verify(
         print(verdict.model_dump_json())
     else:
         print_verdict(verdict)
-    raise typer.Exit(0 if verdict.ok else 1)
+    finish(0 if verdict.ok else 1)

@@ -15,7 +15,9 @@ Preloads: the modules named in $KERNELLOOP_WORKER_PRELOAD are imported before th
 is ready (every job of this worker needs them); those in $KERNELLOOP_WORKER_PRELOAD_LATER are
 imported in a background thread once the first child is forked, for later jobs only, so the first
 job never waits for them. No fork happens while that thread runs (a child forked mid-import could
-inherit a held import lock): the zygote joins it first. KERNELLOOP_PRELOAD=0 turns both off.
+inherit a held import lock): the zygote joins it first. MODULE's optional `preload()` runs in a
+thread beside the preload imports, joined before ready (the harness warms Triton's driver there).
+KERNELLOOP_PRELOAD=0 turns these off.
 
 Protocol: one JSON job per line on stdin; for each job it answers `{"pid": N}` once a child has
 it and `{"exit": code}` once the child is reaped (a negative code is the signal that killed it).
@@ -381,6 +383,28 @@ def _import_all(names: list[str]) -> None:
         raise RuntimeError(f"CUDA was initialised while the sandbox worker imported {names}")
 
 
+class _Alongside:
+    """One function run in a thread from now until `join()`, which raises what it raised."""
+
+    def __init__(self, work):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(work,), daemon=True) if callable(work) else None
+        if self.thread is not None:
+            self.thread.start()
+
+    def _run(self, work) -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the zygote's main thread
+            self.error = exc
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class _Later:
     """Imports for later jobs in a background thread, joined before every fork."""
 
@@ -416,7 +440,11 @@ def main() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     module = importlib.import_module(sys.argv[1])
+    # The job module's own preload() (compiles and hashing: mostly outside the GIL) runs beside the
+    # preload imports (Python, under it), both before the zygote is ready and forks.
+    alongside = _Alongside(getattr(module, "preload", None) if os.environ.get("KERNELLOOP_PRELOAD", "1") != "0" else None)
     _import_all(_modules("KERNELLOOP_WORKER_PRELOAD"))
+    alongside.join()
     later = _Later(_modules("KERNELLOOP_WORKER_PRELOAD_LATER"))
 
     protocol.write(json.dumps({"ready": True, "pid": os.getpid(),

@@ -125,3 +125,55 @@ def test_the_parent_compares_on_the_gpu_with_the_cpu_verdicts(verifier, relu_pro
     assert wrong.status is cpu_wrong.status is Status.incorrect and wrong.reason.startswith("mismatch")
     # Each verification draws its own secret inputs, so the errors agree as the kernel's 1% scale does.
     assert wrong.rel_err == pytest.approx(0.01, rel=1e-2) and cpu_wrong.rel_err == pytest.approx(0.01, rel=1e-2)
+
+
+def test_a_problems_first_verification_builds_the_baselines_beside_the_candidate(relu_problem, tmp_path, monkeypatch):
+    """The torch.compile baseline is built in the trusted job while the candidate's trials run
+    (baselines_build_s, overlapped), and timing uses it; the next verification of the problem
+    builds nothing; a wrong candidate's verification still ends (its compile is not waited for)."""
+    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", "off")  # no kept compile times: the compile must happen
+    with Verifier(device="cuda", workspace=tmp_path) as v:
+        first, second = v.verify(kernel(HONEST), relu_problem), v.verify(kernel(HONEST), relu_problem)
+    assert first.status is Status.correct and second.status is Status.correct, (first.reason, second.reason)
+    assert first.cost_s.get("baselines_build_s", 0) > 0 and "baselines_build_s" not in second.cost_s
+    assert {"eager", "compile"} <= set(first.timings) and {"eager", "compile"} <= set(second.timings)
+    with Verifier(device="cuda", workspace=tmp_path / "wrong") as v:
+        assert v.verify(kernel(WRONG), relu_problem).status is Status.incorrect
+
+
+DRIVER_PROBE = '''import os
+        for pid in ("self", str(os.getppid())):  # its own mapping, and the worker's it came from
+            try:
+                maps = open(f"/proc/{pid}/maps").read().splitlines()
+            except OSError as exc:
+                print("maps refused:", pid, type(exc).__name__)
+                continue
+            for line in maps:
+                if "cuda_utils" not in line:
+                    continue
+                path = line.split(None, 5)[-1].strip()
+                print("mapped:", pid, path)
+                for target in (path.replace(" (deleted)", ""), f"/proc/{pid}/map_files/{line.split()[0]}"):
+                    try:
+                        open(target, "r+b").close()
+                        print("opened for writing:", target)
+                    except OSError as exc:
+                        print("refused:", type(exc).__name__)
+        y = torch.empty_like(x)
+        launch(x, y)
+        return y'''
+
+
+def test_jobs_inherit_tritons_driver_from_the_worker_and_cannot_reach_its_file(relu_problem, tmp_path):
+    """The candidates' worker builds Triton's driver helpers once (harness.preload) and deletes their
+    file once loaded: a job finds the helpers already mapped, from a deleted file it can't open, by
+    its old path or through /proc's map_files, in its own mapping or the worker's."""
+    with Verifier(device="cuda", workspace=tmp_path, static_checks=False) as v:  # the boundary itself
+        verdict = v.verify(kernel(DRIVER_PROBE), relu_problem)
+    assert verdict.status is Status.correct, verdict.reason
+    assert "mapped:" in verdict.stdout_tail and "(deleted)" in verdict.stdout_tail, verdict.stdout_tail
+    # Unsandboxed (plain), a job running as the same user can reach its parent anyway; not in bubblewrap.
+    assert "opened for writing: /proc" not in verdict.stdout_tail or verdict.isolation == "plain"
+    assert not [line for line in verdict.stdout_tail.splitlines()
+                if line.startswith("opened for writing:") and "/map_files/" not in line]  # the path is gone
+    assert verdict.cost_s.get("preload_driver_s", 0) > 0 and verdict.cost_s.get("preload_triton_key_s", 0) > 0

@@ -110,6 +110,13 @@ def test_the_cli_prints_the_phases_and_records_the_process_around_them(tmp_path)
     assert parts <= cost["wall_s"] + 0.05
     assert parts == pytest.approx(cost["wall_s"], rel=0.15, abs=0.5)
     assert "phase" in done.stderr and "candidate" in done.stderr and "wall" in done.stderr
+    # As the program it ends without the interpreter's teardown (cli/_program.finish): the exit code
+    # and the whole verdict still come out, for a wrong candidate too.
+    candidate.write_text(KERNEL.replace("PRELUDE", "").replace("return y", "return y * 2"))
+    done = subprocess.run([sys.executable, "-m", "kernelloop.cli", "verify", str(candidate), "--problem", str(problem.path),
+                           "--device", "cpu", "--workspace", str(tmp_path / "ws"), "--json", "--no-progress"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 1 and json.loads(done.stdout.strip().splitlines()[-1])["status"] == "incorrect"
 
 
 # --------------------------------------------------------------------------- workers
@@ -127,6 +134,21 @@ def test_workers_preload_by_role_and_later_modules_never_hold_up_the_first_job(t
         zygote.close()
     assert "wave" in first["loaded"] and "xml.dom.minidom" not in first["loaded"]  # forked before the later imports
     assert {"wave", "xml.dom.minidom"} <= set(second["loaded"])  # forked after them
+    # The job module's preload() ran once, in the zygote (not in either job), and each job inherited it
+    assert first["preloaded_in"] == second["preloaded_in"] and len(first["preloaded_in"]) == 1
+    assert first["preloaded_in"][0] not in (first["pid"], second["pid"])
+
+
+def test_a_preload_that_fails_stops_the_worker_before_it_is_ready(tmp_path):
+    """The job module's preload() runs in a thread beside the imports; what it raises still ends
+    the zygote (a GPU worker whose preload touched CUDA must never fork jobs)."""
+    from kernelloop.sandbox.runner import SandboxError
+
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "preload_fails").write_text("")
+    with pytest.raises(SandboxError, match="did not start"):
+        Zygote("tests.unit.preload_probe", "cpu", tmp_path / "work")
+    assert "preload failed on purpose" in (tmp_path / "work" / "zygote.log").read_text()
 
 
 def test_preload_off_leaves_every_import_to_the_jobs(tmp_path, monkeypatch):
@@ -136,7 +158,7 @@ def test_preload_off_leaves_every_import_to_the_jobs(tmp_path, monkeypatch):
         results = [zygote.run({"kind": "probe"}, tmp_path / "work" / f"j{i}", 30, 30).result for i in range(2)]
     finally:
         zygote.close()
-    assert all(not set(r["loaded"]) & {"wave", "tomllib"} for r in results)
+    assert all(not set(r["loaded"]) & {"wave", "tomllib"} and not r["preloaded_in"] for r in results)
 
 
 def test_the_candidates_worker_never_preloads_the_compiler(tmp_path):
@@ -244,7 +266,7 @@ def test_the_trusted_cache_can_be_turned_off(tmp_path, monkeypatch):
 WRITER = '''
 import pathlib
 ROOT = pathlib.Path(CACHE)
-for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT, ROOT / "compile-cpu" / "pycache"):
+for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT, ROOT / "pycache"):
     try:
         where.mkdir(parents=True, exist_ok=True)
         (where / "planted.json").write_text("{}")
@@ -256,13 +278,11 @@ for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT, ROOT / "compile-cp
 
 @needs_bwrap
 def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
-    from kernelloop.tools.verify import workers
-
     cache = tmp_path / "trusted-cache"
     monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(cache))
     # As on the H100 node: torch without bytecode, so the trusted bytecode dir is bound read-only into
     # the candidates' sandbox, the one part of the trusted cache a candidate can see.
-    monkeypatch.setattr(workers, "installed_with_bytecode", lambda package="torch": False)
+    monkeypatch.setattr(trusted_cache, "installed_with_bytecode", lambda package="torch": False)
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
     problem = problem_file(tmp_path)
     writer = KERNEL.replace("PRELUDE", WRITER.replace("CACHE", repr(str(cache))))
@@ -273,7 +293,7 @@ def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
     assert verdict.status is Status.correct, verdict.reason  # its kernel is still right, whatever it wrote
     # What it wrote (if anything) went to its sandbox's own throwaway tmpfs, never the trusted dir.
     assert not list(cache.rglob("planted.json"))
-    assert f"refused {cache / 'compile-cpu' / 'pycache'} OSError" in verdict.stdout_tail  # read-only where it shows
+    assert f"refused {cache / 'pycache'} OSError" in verdict.stdout_tail  # read-only where it shows
 
 
 
@@ -281,12 +301,10 @@ def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
 def test_a_candidate_cannot_plant_bytecode_for_the_trusted_worker(tmp_path, monkeypatch):
     """tests/fixtures/cheats/plant_trusted_bytecode.py turns bytecode writing back on and writes a .pyc
     for a module the trusted worker imports later, into the dir its sandbox is handed to read."""
-    from kernelloop.tools.verify import workers
-
     cache = tmp_path / "trusted-cache"
     monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(cache))
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
-    monkeypatch.setattr(workers, "installed_with_bytecode", lambda package="torch": False)
+    monkeypatch.setattr(trusted_cache, "installed_with_bytecode", lambda package="torch": False)
     attack = ROOT / "tests" / "fixtures" / "cheats" / "plant_trusted_bytecode.py"
     problem = Problem.from_file(ROOT / "tests" / "fixtures" / "problems" / "relu.py")
     with verifier(tmp_path / "ws", static_checks=False) as v:
@@ -341,7 +359,7 @@ def test_a_trusted_worker_keeps_bytecode_and_a_candidates_worker_only_reads_it(t
 
 
 def test_only_an_install_without_bytecode_gets_a_bytecode_cache(tmp_path, monkeypatch):
-    from kernelloop.tools.verify.workers import installed_with_bytecode
+    from kernelloop.tools.verify.trusted_cache import installed_with_bytecode
 
     package = tmp_path / "pkg_without_pyc"
     package.mkdir()
@@ -360,7 +378,7 @@ def test_only_an_install_without_bytecode_gets_a_bytecode_cache(tmp_path, monkey
 def test_the_bytecode_cache_is_only_where_the_trusted_cache_is(tmp_path, monkeypatch):
     from kernelloop.tools.verify import workers
 
-    monkeypatch.setattr(workers, "installed_with_bytecode", lambda package="torch": False)
+    monkeypatch.setattr(trusted_cache, "installed_with_bytecode", lambda package="torch": False)
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "auto")
     for setting, expected in (("off", False), (str(tmp_path / "trusted"), True)):
         monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", setting)
@@ -368,6 +386,8 @@ def test_the_bytecode_cache_is_only_where_the_trusted_cache_is(tmp_path, monkeyp
         assert (made.trusted.bytecode_dir is not None) is expected and made.trusted.bytecode_writes
         assert made.candidate.bytecode_dir == made.trusted.bytecode_dir
         assert not made.candidate.bytecode_writes  # a candidates' worker never writes bytecode
+        # so the trusted worker compiles the candidates' worker's preloads into the dir, in the background
+        assert (set(made.candidate.preload) <= set(made.trusted.preload + made.trusted.preload_later)) is expected
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "plain")  # a candidate could write any dir: no trusted cache, no bytecode
     made = workers.layout("cpu", tmp_path / "ws", None, True, False)
     assert made.trusted.bytecode_dir is None and made.candidate.bytecode_dir is None
@@ -391,3 +411,150 @@ def test_a_problem_or_candidate_file_is_never_run_from_stale_bytecode(tmp_path, 
     path.write_text("VALUE = 2\n")  # the same size
     os.utime(path, ns=(stamp, stamp))  # and the same mtime
     assert (first.VALUE, import_source(path, "kernelloop_edited_probe").VALUE) == (1, 2)
+
+
+@needs_bwrap
+def test_the_cli_process_imports_from_the_bytecode_the_trusted_side_keeps(tmp_path):
+    """Run as the program, the CLI takes the trusted cache's bytecode dir before typer, pydantic or
+    torch load, where torch has no .pyc of its own: a module whose .pyc is only there runs from it
+    (compiled here from other text of the same size and mtime, so which one ran shows), and what it
+    compiles is written there, PYTHONDONTWRITEBYTECODE or not. Not for --help, not with a prefix the
+    user set, not in plain mode, not where another program imports the package."""
+    source = tmp_path / "src" / "probe_parent.py"
+    source.parent.mkdir()
+    source.write_text("ORIGIN = 'source'\n")
+    bytecode = tmp_path / "trusted" / "pycache"
+    script = textwrap.dedent(f'''
+        import importlib.util, os, py_compile, sys
+        from pathlib import Path
+        from kernelloop.tools.verify import trusted_cache
+        trusted_cache.installed_with_bytecode = lambda package="torch": False  # as on the H200 node's image
+        source = Path({str(source)!r})
+        other = source.with_name("other.py")
+        other.write_text("ORIGIN = 'cached'\\n")  # as long as the source's text
+        os.utime(other, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns))
+        prefix, sys.pycache_prefix = sys.pycache_prefix, {str(bytecode)!r}
+        py_compile.compile(str(other), cfile=importlib.util.cache_from_source(str(source)))  # as kept before
+        other.unlink()
+        sys.pycache_prefix = prefix
+        sys.argv[:] = sys.argv[1:]  # as the program would see it: [kernelloop, verify, ...]
+        import kernelloop.cli
+        sys.path.insert(0, str(source.parent))
+        import probe_parent
+        print(sys.pycache_prefix, probe_parent.ORIGIN, bool(list(Path({str(bytecode)!r}).rglob("typer/*.pyc"))))
+    ''')
+    base = {**os.environ, "KERNELLOOP_TRUSTED_CACHE": str(tmp_path / "trusted"), "KERNELLOOP_SANDBOX": "auto",
+            "PYTHONDONTWRITEBYTECODE": "1"}
+    base.pop("PYTHONPYCACHEPREFIX", None)
+
+    def run(*argv: str, **env: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", script, *argv], env={**base, **env}, capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    assert run("kernelloop", "verify", "x.py") == [str(bytecode), "cached", "True"]
+    assert run("-m", "doctor") == [str(bytecode), "cached", "True"]  # python -m kernelloop.cli
+    assert run("kernelloop", "--help")[:2] == ["None", "source"]
+    assert run("pytest", "-q")[:2] == ["None", "source"]  # imported by another program
+    user = tmp_path / "user-prefix"
+    assert run("kernelloop", "verify", PYTHONPYCACHEPREFIX=str(user))[:2] == [str(user), "source"]
+    assert run("kernelloop", "verify", KERNELLOOP_SANDBOX="plain")[:2] == ["None", "source"]
+
+
+def test_the_trusted_cache_is_never_inside_a_candidates_work_dir(tmp_path, monkeypatch):
+    """Told by the path alone (the CLI asks before it knows the workspace): WORKSPACE/verifier/cuda0
+    and the like are where candidates write."""
+    for inside in ("ws/verifier/cuda0/cache", "ws/verifier/cpu", "ws/verifier/cuda/x"):
+        monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(tmp_path / inside))
+        assert trusted_cache.trusted_cache_root("bubblewrap")[0] is None
+    for fine in ("ws/verifier/cuda0-trusted/x", "ws/verifier-cache", "trusted"):
+        monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(tmp_path / fine))
+        assert trusted_cache.trusted_cache_root("bubblewrap")[0] == (tmp_path / fine).resolve()
+
+
+# --------------------------------------------------------------------------- baselines built ahead
+
+
+class _Rounds:
+    def __init__(self, fns: dict, sets: int):
+        self.fns = fns
+
+    def warm(self) -> float:
+        return 0.0
+
+
+def test_the_trusted_job_builds_the_baselines_ahead_once_and_timing_reuses_them(tmp_path, monkeypatch):
+    """warm_up with `build` (sent while the candidate runs) builds the baselines, torch.compile's
+    first call included, on the sets just made; the timing request then reuses them. A later
+    warm_up builds nothing, a skip list is passed on (cached compile times), and without `build`
+    only the compiler is imported. The GPU parts (events, the compiled call) are replaced here;
+    tests/gpu/test_cold_path_gpu.py runs the real ones."""
+    from kernelloop.tools.profile import measure, timing
+    from kernelloop.tools.verify.reference_job import ReferenceJob
+
+    builds: list[list[str]] = []
+
+    def callables(problem, device, sets, seed, full, with_compile=True):
+        builds.append([] if with_compile else ["compile"])
+        return {"eager": lambda i: None}, {"compile": 1.0} if with_compile else {}, None
+
+    monkeypatch.setattr(measure, "baseline_callables", callables)
+    monkeypatch.setattr(measure, "roofline_of", lambda eager, sets: {})
+    monkeypatch.setattr(timing, "cuda_rounds", _Rounds)
+    monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "test")
+    path = problem_file(tmp_path).path
+
+    def made(job: ReferenceJob) -> None:
+        job.make({"seeds": [1, 2], "variants": True, "inputs_path": str(tmp_path / "in.sets"),
+                  "outputs_path": str(tmp_path / "out.sets")})
+
+    job = ReferenceJob({"device": "cpu", "problem_path": str(path)})
+    made(job)
+    answer = job.warm_up({"build": True, "skip": []})
+    assert builds == [[]] and "build_s" in answer
+    assert job.setup_timing({"skip": []})["compile_s"] == {"compile": 1.0} and builds == [[]]
+    made(job)  # the next verification of the same problem
+    assert "build_s" not in job.warm_up({"build": True, "skip": []}) and builds == [[]]
+
+    skipped = ReferenceJob({"device": "cpu", "problem_path": str(path)})
+    made(skipped)
+    skipped.warm_up({"build": True, "skip": ["compile"]})
+    assert builds == [[], ["compile"]]
+    only_imports = ReferenceJob({"device": "cpu", "problem_path": str(path)})
+    made(only_imports)
+    assert "build_s" not in only_imports.warm_up({"skip": []}) and len(builds) == 2
+    only_imports.setup_timing({"skip": []})  # built when timing asks, as before
+    assert len(builds) == 3
+
+
+def test_verify_without_a_device_still_prestarts_the_workers_it_will_use(tmp_path, monkeypatch):
+    """`kernelloop verify` with no --device (auto) guesses the device without torch, by NVML, so its
+    workers start beside its own imports too; where CUDA_VISIBLE_DEVICES hides every GPU, the CPU's."""
+    from kernelloop.cli import verify_cmd
+    from kernelloop.tools.profile import gpu
+    from kernelloop.tools.verify import workers
+
+    started: list[tuple] = []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(workers, "prestart", lambda device, ws, index, **kw: started.append((device, index)))
+    for count, expected in ((0, ("cpu", None)), (2, ("cuda", 0))):
+        monkeypatch.setattr(gpu, "_nvml", lambda count=count: (_FakeNvml(count), ""))
+        verify_cmd.prestart_workers("auto", tmp_path, True)
+        assert started[-1] == expected
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    verify_cmd.prestart_workers("auto", tmp_path, True)
+    assert started[-1] == ("cpu", None)
+
+
+class _FakeNvml:
+    NVMLError = RuntimeError
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.count
+
+    def nvmlShutdown(self) -> None:
+        pass

@@ -9,6 +9,7 @@ CUDA_VISIBLE_DEVICES; `nvml_index_for_cuda_device` maps a torch device to one.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,6 +76,23 @@ def nvml_problem() -> str | None:
         return why
     nvml.nvmlShutdown()
     return None
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process could use, told without torch: NVML's count, or none where
+    CUDA_VISIBLE_DEVICES hides them all ("" or "-1"); 0 where NVML can't be used. A guess at what
+    torch.cuda.is_available() will say, for work started before torch is imported."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return 0
+    nvml, _ = _nvml()
+    if nvml is None:
+        return 0
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    except nvml.NVMLError:
+        return 0
+    finally:
+        nvml.nvmlShutdown()
 
 
 def _read(nvml: Any, index: int) -> tuple[dict[str, Any], list[str]]:

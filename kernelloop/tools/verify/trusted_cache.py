@@ -24,14 +24,23 @@ cache of them would either never hit or need seeds used again, and inputs a cand
 before let it serve answers it kept (a plain-mode candidate can keep files anywhere), which is
 what the fresh seeds and the fresh-input check exist to stop.
 
+Bytecode. Where torch was installed without .pyc files (uv installs, images that set
+PYTHONDONTWRITEBYTECODE, such as the H200 nodes' image), every new process compiled each module it
+imports from source: seconds per process. The trusted side keeps that bytecode in ROOT/pycache:
+the trusted worker and the CLI's own process write it (importlib's atomic writes), the candidates'
+worker reads it through a read-only bind and writes nothing. A planted .pyc would run in the
+trusted processes, so it lives only where the trusted cache does (never in plain mode).
+
 No torch here: the CLI reads the policy before torch is imported.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -58,7 +67,53 @@ def trusted_cache_root(mode: str, candidate_root: Path | None = None) -> tuple[P
     root = base.resolve() if raw.lower() in ("", "on") else Path(raw).expanduser().resolve()
     if candidate_root is not None and (_within(root, candidate_root.resolve()) or _within(candidate_root.resolve(), root)):
         return None, f"trusted cache off: {root} overlaps the candidates' work dir {candidate_root}"
+    # Inside any workspace's candidates' dir (WORKSPACE/verifier/cpu, .../cuda0): candidates write
+    # there. Told by the path alone, for the CLI's early bytecode use, before the workspace is known.
+    parts = root.parts
+    if any(a == "verifier" and re.fullmatch(r"(cpu|cuda)\d*", b) for a, b in zip(parts, parts[1:])):
+        return None, f"trusted cache off: {root} is inside a candidates' work dir (WORKSPACE/verifier/DEVICE)"
     return root, f"trusted cache: {root}"
+
+
+def installed_with_bytecode(package: str = "torch") -> bool:
+    """Whether `package` was installed with its bytecode compiled (pip's default). Found without
+    importing the package (the CLI asks before its own torch import)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin:
+        return True  # nothing to cache
+    source = Path(spec.origin)
+    return (source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc").is_file()
+
+
+def kept_bytecode_dir(root: Path | None) -> Path | None:
+    """ROOT/pycache where the trusted cache is on (`root`) and torch has no bytecode of its own; else None."""
+    return root / "pycache" if root is not None and not installed_with_bytecode() else None
+
+
+def use_kept_bytecode(bytecode_dir: Path | None) -> bool:
+    """This trusted process imports from and writes to the kept bytecode dir from now on (importlib
+    reads sys.pycache_prefix at each import): 2.3-3 s of a cold verify's parent on an H200 node. It
+    writes only there, whatever PYTHONDONTWRITEBYTECODE says: that flag keeps .pyc files out of
+    source trees, and the prefix sends every write to kernelloop's own cache instead. A prefix the
+    user set (PYTHONPYCACHEPREFIX) is left alone. Returns whether it took the dir."""
+    if bytecode_dir is None or sys.pycache_prefix is not None:
+        return False
+    sys.pycache_prefix = str(bytecode_dir)
+    sys.dont_write_bytecode = False
+    return True
+
+
+def use_kept_bytecode_early() -> bool:
+    """For the CLI, before it imports typer, pydantic or torch: the kept bytecode dir, if the
+    trusted cache is on here (no torch needed to tell)."""
+    from kernelloop.sandbox.isolation import choose_mode
+
+    try:
+        mode, _ = choose_mode(None)
+        root, _ = trusted_cache_root(mode)
+    except Exception:  # noqa: BLE001 - a bad setting is reported by the command itself, later
+        return False
+    return use_kept_bytecode(kept_bytecode_dir(root))
 
 
 def versions() -> dict[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Collection
 from pathlib import Path
@@ -82,8 +83,9 @@ def resolve_device(device: str) -> str:
 MAX_CLAIMED_SECONDS = 1e10  # a number the child reports above this (or not finite) is dropped, not believed
 MAX_CLAIMED_KEYS = 64  # seconds a child may report; the rest are dropped (thousands would bloat every verdict)
 # cost_s entries the parent measures (with phase_*): a child's claim of one is dropped, never believed
-PARENT_COSTS = frozenset({"compare_s", "reference_s", "timing_s", "baselines_import_s", "child_s", "total_s", "exit_s",
-                          "fixed_s", "baselines_cached_at", "baselines_cache_stored"})
+PARENT_COSTS = frozenset({"compare_s", "reference_s", "timing_s", "baselines_import_s", "baselines_build_s", "child_s",
+                          "total_s", "exit_s", "fixed_s", "baselines_cached_at", "baselines_cache_stored",
+                          "trusted_worker_import_s", "candidate_worker_import_s"})
 CHILD_COSTS = ("first_call_s", "trials_s", "timing_setup_s")  # the child's own work, left out of fixed_s
 
 
@@ -224,6 +226,8 @@ class Verifier:
         self._trusted_zygote: Zygote | None = None
         self._server: ReferenceServer | None = None
         self._parent_costs: dict[str, float] = {}
+        self._overlapped: dict[str, float] = {}  # costs beside the critical path (not in fixed_s)
+        self._workers_noted: set[int] = set()
         self._laps = Laps()
         self._cache_state: dict = {}  # this verification's baseline-cache lookup (key, record, what to store)
         self._conditions: dict | None = None  # what the cache key holds of this machine (GPU, driver, versions)
@@ -258,8 +262,11 @@ class Verifier:
 
     def start_workers(self) -> float:
         """Start both sandbox workers at once, waiting for neither (the first use waits); returns
-        the seconds this took (a prestarted worker is taken as it is)."""
+        the seconds this took (a prestarted worker is taken as it is). This process's own CUDA
+        context, which it compares on, is made meanwhile (a fraction of a second, in a thread)."""
         started = time.perf_counter()
+        if self.compare_on.type == "cuda" and not torch.cuda.is_initialized():
+            threading.Thread(target=torch.zeros, args=(1,), kwargs={"device": self.compare_on}, daemon=True).start()
         self._trusted_zygote = self._worker(self._trusted_zygote, self.layout.trusted, wait=False)
         self._zygote = self._worker(self._zygote, self.layout.candidate, wait=False)
         return time.perf_counter() - started
@@ -275,6 +282,14 @@ class Verifier:
         """The sandbox worker of the reference jobs and baselines: no candidate code runs in it."""
         self._trusted_zygote = self._worker(self._trusted_zygote, self.layout.trusted)
         return self._trusted_zygote
+
+    def _note_worker_imports(self) -> None:
+        """Each worker's own import time (its modules and preloads, as it said when ready), in the
+        cost of the first verification it serves: what a cold start waits for beside this process."""
+        for role, zygote in (("trusted", self._trusted_zygote), ("candidate", self._zygote)):
+            if zygote is not None and id(zygote) not in self._workers_noted:
+                self._workers_noted.add(id(zygote))
+                self._overlapped[f"{role}_worker_import_s"] = zygote.import_s
 
     def _job(self, kind: str, **fields) -> dict:
         job = {"kind": kind, "device": self.device, "full_baselines": self.full_baselines, **fields}
@@ -321,13 +336,13 @@ class Verifier:
         laps.lap("workers")
         server = self.server(problem)
         made = server.make(secret_seeds(self.trial_count(server)), variants=True)
-        if self.time_it:  # the compiler the baselines need, imported while the candidate compiles
-            server.send_ahead("warm_up", {})
         laps.lap("reference")
         # The reference's and the timing's share of this verification, kept out of the fixed cost.
         self._parent_costs = {"reference_s": time.perf_counter() - started, "timing_s": 0.0}
+        self._overlapped = {}
         self.zygote.wait_ready()
         laps.lap("workers")
+        self._note_worker_imports()
         job_dir = new_job_dir(self.root / "jobs", "cand-")
         candidate_path = job_dir / "candidate.py"
         candidate_path.write_text(candidate.source)
@@ -340,6 +355,13 @@ class Verifier:
         file_size = 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs))
         session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
                                     file_size_bytes=file_size)
+        if self.time_it:
+            # While the candidate compiles and runs its trials, the trusted job imports the compiler
+            # and, on a problem's first verification, builds the baselines (torch.compile's first
+            # call) unless their times are kept: not after the trials, on the critical path. Not
+            # for multi-GB outputs: the baselines' memory would sit beside the candidate's.
+            skip, _ = self._baseline_lookup(problem, made)
+            server.send_ahead("warm_up", {"skip": skip, "build": output_bytes <= budget.LARGE_OUTPUT_BYTES})
         try:
             verdict = self._converse(session, made, problem, server)
         except ProblemError:  # the trusted side failed: the problem's error, not the candidate's verdict
@@ -362,7 +384,7 @@ class Verifier:
         claims = outcome.result if isinstance(outcome.result, dict) else {}
         candidate_costs = claimed_seconds(claims.get("costs"), names=CHILD_COSTS)
         candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s
-        verdict.cost_s = {**verdict.cost_s, **self._parent_costs, "child_s": outcome.elapsed_s,
+        verdict.cost_s = {**verdict.cost_s, **self._parent_costs, **self._overlapped, "child_s": outcome.elapsed_s,
                           **candidate_costs, "total_s": time.perf_counter() - started}
         written_at = claimed_seconds({"t": claims.get("written_at")}).get("t")  # a time.time() stamp
         if written_at is not None and written_at > 1e9:  # the child's exit after its result: CUDA context teardown
@@ -509,12 +531,14 @@ class Verifier:
         if self.time_it:
             session.advance("timing")
             warm = server.answer("warm_up") or {}
-            skip, record = self._baseline_lookup(problem, made)
+            record = self._cache_state.get("record")
+            skip = list(self._cache_state.get("asked") or []) if record is not None else []
             # NVML reads this worker's GPU: the one this process compares on, where it has one
             cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
             judged = drive_timing(session, server, cuda_index, skip=skip, laps=self._laps, timed=self._cache_state)
-            if isinstance(warm.get("import_s"), (int, float)):
-                self._parent_costs["baselines_import_s"] = float(warm["import_s"])  # in the trusted job, overlapped
+            for name in ("import_s", "build_s"):  # in the trusted job, beside the candidate: not in fixed_s
+                if isinstance(warm.get(name), (int, float)):
+                    self._overlapped[f"baselines_{name}"] = float(warm[name])
             if record is not None and isinstance(judged, SpeedJudgement):
                 judged = with_cached_baselines(judged, record)
         self._parent_costs["timing_s"] = time.perf_counter() - timing_started if self.time_it else 0.0

@@ -18,24 +18,26 @@ Preloads by role, so the first verification never waits for what only later ones
   trusted worker       on a GPU worker that times, the compiler in the background once its first job
                        (this problem's reference) is forked, for the reference jobs of later problems.
                        The first reference job imports the compiler itself, asked ahead while the
-                       candidate compiles (`warm_up`).
+                       candidate compiles (`warm_up`). Where bytecode is kept, the launch counter's
+                       modules too, in the background: the candidates' worker can't write their
+                       bytecode, and compiled them from source in every run
 
 Bytecode: jobs never write .pyc files. Where torch was installed without them, the trusted worker
 keeps what it compiles in the persistent trusted cache (only there: no candidate can write it), and
-the candidates' worker reads it, read-only: a second process then skips recompiling torch's sources.
+the candidates' worker reads it, read-only: a second process then skips recompiling torch's sources
+(trusted_cache.py, "Bytecode"; the CLI's own process uses it too).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelloop.sandbox.isolation import choose_mode
 from kernelloop.sandbox.runner import Zygote
+from kernelloop.tools.verify import trusted_cache
 from kernelloop.tools.verify.trusted_cache import trusted_cache_root
 
 JOB_MODULE = "kernelloop.tools.verify.harness"
@@ -103,26 +105,18 @@ def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, t
     if cache_root is not None:
         cache_root.mkdir(parents=True, exist_ok=True)  # a dir to hide must exist before the sandbox starts
     # Bytecode of torch and the rest, compiled once by the trusted worker, kept in the trusted cache.
-    bytecode = (trusted_cache_dir / "pycache" if cache_root is not None and not installed_with_bytecode() else None)
+    bytecode = trusted_cache.kept_bytecode_dir(cache_root)
     made.candidate = WorkerSpec(device, root, gpu_index, hide, standby, None, True, preload=preload,
                                 bytecode_dir=bytecode)
     later = tuple(m for m in COMPILER_MODULES if m not in DISPATCH_MODULES) if device == "cuda" and time_it else ()
+    if bytecode is not None:
+        # Only the trusted worker writes bytecode: it imports the candidates' worker's own preloads
+        # too (in the background), so that worker finds them compiled next time, not from source.
+        later += tuple(m for m in LAUNCH_COUNTER_MODULES if m not in later)
     made.trusted = WorkerSpec(device, trusted_root, gpu_index, (workspace,), standby, trusted_cache_dir, False,
                               preload=DISPATCH_MODULES if preloading else (), preload_later=later,
                               bytecode_dir=bytecode, bytecode_writes=True)
     return made
-
-
-def installed_with_bytecode(package: str = "torch") -> bool:
-    """Whether `package` was installed with its bytecode compiled (pip's default; not uv's, nor
-    images that set PYTHONDONTWRITEBYTECODE). Without it every new worker compiles each module it
-    imports from source: 5 s of the trusted worker's start on the H100 node. Found without
-    importing the package (the CLI asks before its own torch import)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.origin:
-        return True  # nothing to cache
-    source = Path(spec.origin)
-    return (source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc").is_file()
 
 
 _started: dict[WorkerSpec, Zygote] = {}
@@ -132,7 +126,9 @@ _lock = threading.Lock()
 def prestart(device: str, workspace: Path, gpu_index: int | None = None, standby: bool = True,
              time_it: bool = True) -> None:
     """Start a Verifier's two workers now, without waiting for them; the Verifier made later with
-    the same options takes them. Anything that fails here is left for the Verifier to meet."""
+    the same options takes them. This process then imports from the bytecode they keep, where they
+    keep any (trusted_cache.use_kept_bytecode; the CLI took it earlier). Anything that fails here is
+    left for the Verifier to meet."""
     try:
         made = layout(device, workspace, gpu_index, standby, time_it)
         for spec in (made.trusted, made.candidate):
@@ -141,6 +137,7 @@ def prestart(device: str, workspace: Path, gpu_index: int | None = None, standby
                     _started[spec] = spec.start(wait=False)
     except Exception:  # noqa: BLE001 - the Verifier starts its own and reports what is wrong
         return
+    trusted_cache.use_kept_bytecode(made.trusted.bytecode_dir)
 
 
 def take(spec: WorkerSpec, wait: bool = True) -> Zygote:
