@@ -33,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PAIRS = [("examples/candidates/2_SoftmaxIrregular.py", "kernelloop/evals/problems/2_SoftmaxIrregular.py"),
                  ("examples/candidates/6_MatmulFP16.py", "kernelloop/evals/problems/6_MatmulFP16.py")]
 FIRST_CALL_STEPS = ["inputs", "poison", "forward", "checks", "outputs"]
+BESIDE = {"trusted_worker_import": "the trusted worker's start to ready, as it reported",
+          "candidate_worker_import": "the candidates' worker's, likewise",
+          "baselines_import": "the compiler's import in the reference job",
+          "baselines_build": "the baselines built there (torch.compile's first call)"}
 PHASES = ["process_start", "process_imports", "precheck", "workers", "reference", "candidate", "compare", "baselines",
           "timing", "profile", "fresh", "finish", "cache", "close"]
 
@@ -212,14 +216,24 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def report(directory: Path) -> str:
     """DIR/README.md's text, from DIR/*.jsonl (and DIR/warm_pool_*.json, DIR/help_times.txt, DIR/builds.json)."""
-    rows = [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()
-            if line.strip()]
+    rows = [{**json.loads(line), "file": path.stem} for path in sorted(directory.glob("*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+    # A label used in several raw files (one per device call, each maybe another node) is shown as
+    # FILE/LABEL, so rows of different calls are never pooled into one median.
+    files_of: dict[str, set[str]] = {}
+    for row in rows:
+        files_of.setdefault(row["label"], set()).add(row["file"])
+    for row in rows:
+        if len(files_of[row["label"]]) > 1:
+            row["label"] = f"{row['file']}/{row['label']}"
     kernelbench = [r for r in rows if r.get("runner") == "kernelbench"]
     helps = [r["wall_s"] for r in rows if r.get("runner") == "help" and r.get("status") == "ran"]
     rows = [r for r in rows if r.get("runner") not in ("kernelbench", "help")]
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        groups.setdefault((row["label"], row["pair"], row["cache"], row.get("runner", "")), []).append(row)
+        # A reused cache's first run fills it: shown apart, so the reused row's median is of cache hits.
+        cache = "filling" if row["cache"] == "reused" and row.get("run") == 1 else row["cache"]
+        groups.setdefault((row["label"], row["pair"], cache, row.get("runner", "")), []).append(row)
     machines = {json.dumps(r["machine"], sort_keys=True) for r in rows if "machine" in r}
     lines = ["# Cold verification: where one fresh process's time goes", "",
              "Written by `benchmarks/cold_verify.py --report` from the raw files beside it "
@@ -231,7 +245,8 @@ def report(directory: Path) -> str:
                 f"{', '.join(sorted({str(json.loads(m)['cpus']) for m in machines}))}-CPU machine(s): where the time "
                 "goes here, not what an H100 costs.", ""] if any(r.get("device") == "cpu" for r in rows) else []),
              "Each row: the median over its runs (fresh process, fresh workspace; `reused`: one trusted cache dir for "
-             "every run of the row). Phases are the verdict's `cost_s` (`phase_*_s`), plus the process around it: "
+             "every run of the row, whose first run, `filling`, fills it and is shown apart). Phases are the verdict's "
+             "`cost_s` (`phase_*_s`), plus the process around it: "
              "start (interpreter, CLI, reading the files), the parent's imports and stopping the workers. Load is the "
              "1-minute load average when each run ended (the median): a loaded machine stretches every phase.", ""]
     builds = directory / "builds.json"  # what each label ran, recorded with the raw files where labels need words
@@ -255,6 +270,7 @@ def report(directory: Path) -> str:
         cells += [_fmt(phase(p)) for p in shown] + [_fmt(phase("first_call"))]
         cells += [_fmt(phase(f"first_{k}")) for k in split] + [_fmt(phase("trials"))]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _beside_section(groups)
     lines += ["", "Per run (wall s, in order): " + "; ".join(
         f"{label}/{pair}/{cache}: " + ", ".join(f"{r['wall_s']:.1f}" for r in group)
         for (label, pair, cache, _), group in sorted(groups.items())) + ".", ""]
@@ -286,6 +302,23 @@ def report(directory: Path) -> str:
         lines.append(f"Runs that reused cached torch.compile baselines: {len(cached)} (the verdict says so in its warnings).")
     lines += _kernelbench_section(kernelbench) + _help_section(helps, directory / "help_times.txt")
     return "\n".join(lines) + "\n"
+
+
+def _beside_section(groups: dict[tuple, list[dict]]) -> list[str]:
+    """Work beside the critical path, where the verdicts recorded it (median s): each worker's own
+    imports (they run while the parent imports), and the trusted job's compiler import and baseline
+    build (while the candidate runs)."""
+    keys = [k for k in BESIDE if any(f"{k}_s" in r.get("cost_s", {}) for group in groups.values() for r in group)]
+    if not keys:
+        return []
+    lines = ["", "Beside the critical path (median s; not in the phases above, which are the parent's waits): "
+             + "; ".join(f"{k}: {BESIDE[k]}" for k in keys) + ".", "",
+             "| build | pair | cache | " + " | ".join(keys) + " |", "|---" * (3 + len(keys)) + "|"]
+    for (label, pair, cache, _runner), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        values = [_median([r["cost_s"][f"{k}_s"] for r in group if f"{k}_s" in r.get("cost_s", {})]) for k in keys]
+        if any(v is not None for v in values):
+            lines.append(f"| {label} | {pair} | {cache} | " + " | ".join(_fmt(v) for v in values) + " |")
+    return lines
 
 
 def _kernelbench_section(rows: list[dict]) -> list[str]:
