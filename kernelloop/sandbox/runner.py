@@ -34,6 +34,7 @@ from kernelloop.sandbox.isolation import INPUTS_DIR, ChildLimits, bubblewrap_arg
 from kernelloop.sandbox.safe_io import JobDir, read_tail
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on
+PER_JOB_CACHE_ENV = "KERNELLOOP_PER_JOB_CACHE"  # set for a worker whose jobs each get their own compile caches
 PRELOAD_ENV = "KERNELLOOP_PRELOAD"  # passed through: 0 leaves the job module's preloads to each child
 # Set for the zygote (comma-separated module names): what it imports before it says it is ready,
 # and what it imports in the background once its first child is forked (for later jobs only).
@@ -81,7 +82,7 @@ def cache_env(cache_dir: Path) -> dict[str, str]:
 
 def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None, preload: Sequence[str] = (),
                  preload_later: Sequence[str] = (), bytecode_dir: Path | None = None,
-                 bytecode_writes: bool = False) -> dict[str, str]:
+                 bytecode_writes: bool = False, per_job_cache: bool = False) -> dict[str, str]:
     """The jobs' environment: an allowlist of the parent's (no secrets), and their caches. Bytecode
     is read from `bytecode_dir` where one is given (PYTHONPYCACHEPREFIX), and written there only
     with `bytecode_writes` (trusted workers); never written anywhere else."""
@@ -96,6 +97,8 @@ def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None, pre
     if bytecode_dir is None or not bytecode_writes:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[DEVICE_ENV] = device  # the job module may preload what this device's jobs need
+    if per_job_cache:  # each job compiles into an empty cache of its own: what it always builds, its standby may build ahead
+        env[PER_JOB_CACHE_ENV] = "1"
     env[PRELOAD_NOW_ENV], env[PRELOAD_LATER_ENV] = ",".join(preload), ",".join(preload_later)
     if device == "cuda":  # is_available() by NVML: a zygote that asks stays fork-safe for CUDA
         env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
@@ -159,7 +162,8 @@ class Zygote:
         self._started = time.perf_counter()
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env=scrubbed_env(device, self.cache_dir, gpu_index, preload, preload_later, bytecode_dir, bytecode_writes),
+            env=scrubbed_env(device, self.cache_dir, gpu_index, preload, preload_later, bytecode_dir, bytecode_writes,
+                             per_job_cache),
             cwd=self.work_dir,
             start_new_session=True,  # Ctrl-C in the terminal reaches us, not the zygote mid-job
         )

@@ -16,7 +16,7 @@ is ready (every job of this worker needs them); those in $KERNELLOOP_WORKER_PREL
 imported in a background thread once the first child is forked, for later jobs only, so the first
 job never waits for them. No fork happens while that thread runs (a child forked mid-import could
 inherit a held import lock): the zygote joins it first. MODULE's optional `preload()` runs in a
-thread beside the preload imports, joined before ready (the harness warms Triton's driver there).
+thread beside the preload imports, joined before ready (the harness hashes Triton's library there).
 KERNELLOOP_PRELOAD=0 turns these off.
 
 Protocol: one JSON job per line on stdin; for each job it answers `{"pid": N}` once a child has

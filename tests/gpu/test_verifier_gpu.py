@@ -141,39 +141,16 @@ def test_a_problems_first_verification_builds_the_baselines_beside_the_candidate
         assert v.verify(kernel(WRONG), relu_problem).status is Status.incorrect
 
 
-DRIVER_PROBE = '''import os
-        for pid in ("self", str(os.getppid())):  # its own mapping, and the worker's it came from
-            try:
-                maps = open(f"/proc/{pid}/maps").read().splitlines()
-            except OSError as exc:
-                print("maps refused:", pid, type(exc).__name__)
-                continue
-            for line in maps:
-                if "cuda_utils" not in line:
-                    continue
-                path = line.split(None, 5)[-1].strip()
-                print("mapped:", pid, path)
-                for target in (path.replace(" (deleted)", ""), f"/proc/{pid}/map_files/{line.split()[0]}"):
-                    try:
-                        open(target, "r+b").close()
-                        print("opened for writing:", target)
-                    except OSError as exc:
-                        print("refused:", type(exc).__name__)
-        y = torch.empty_like(x)
-        launch(x, y)
-        return y'''
-
-
-def test_jobs_inherit_tritons_driver_from_the_worker_and_cannot_reach_its_file(relu_problem, tmp_path):
-    """The candidates' worker builds Triton's driver helpers once (harness.preload) and deletes their
-    file once loaded: a job finds the helpers already mapped, from a deleted file it can't open, by
-    its old path or through /proc's map_files, in its own mapping or the worker's."""
+def test_a_job_that_rewrites_its_triton_driver_touches_no_later_job(relu_problem, tmp_path):
+    """Each job's Triton driver helpers come from its own standby process (harness.prepare), in a
+    deleted private file; tests/fixtures/cheats/rewrite_triton_driver.py zeroes the file behind its
+    mapping where it can (it may crash itself), and the next job of the same worker is untouched. A
+    first version built them once in the worker: this test's attack then crashed every later job."""
+    attack = Candidate.from_file(ROOT / "tests" / "fixtures" / "cheats" / "rewrite_triton_driver.py")
     with Verifier(device="cuda", workspace=tmp_path, static_checks=False) as v:  # the boundary itself
-        verdict = v.verify(kernel(DRIVER_PROBE), relu_problem)
-    assert verdict.status is Status.correct, verdict.reason
-    assert "mapped:" in verdict.stdout_tail and "(deleted)" in verdict.stdout_tail, verdict.stdout_tail
-    # Unsandboxed (plain), a job running as the same user can reach its parent anyway; not in bubblewrap.
-    assert "opened for writing: /proc" not in verdict.stdout_tail or verdict.isolation == "plain"
-    assert not [line for line in verdict.stdout_tail.splitlines()
-                if line.startswith("opened for writing:") and "/map_files/" not in line]  # the path is gone
-    assert verdict.cost_s.get("preload_driver_s", 0) > 0 and verdict.cost_s.get("preload_triton_key_s", 0) > 0
+        attacked = v.verify(attack, relu_problem)
+        after = [v.verify(kernel(HONEST), relu_problem) for _ in range(2)]
+    assert attacked.status in (Status.correct, Status.runtime_error), attacked.reason
+    assert all(verdict.status is Status.correct for verdict in after), [verdict.reason for verdict in after]
+    assert all(verdict.cost_s.get("prepare_driver_s", 0) > 0 and verdict.cost_s.get("preload_triton_key_s", 0) > 0
+               for verdict in after)

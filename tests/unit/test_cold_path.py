@@ -558,3 +558,16 @@ class _FakeNvml:
 
     def nvmlShutdown(self) -> None:
         pass
+
+
+def test_only_the_candidates_workers_standby_builds_tritons_driver_ahead(tmp_path):
+    """Candidate jobs compile into empty caches of their own, so each standby builds Triton's driver
+    helpers ahead for its job (harness.prepare, told by the worker's environment); the trusted
+    worker's jobs read them from its kept cache and never wait for that."""
+    from kernelloop.sandbox.runner import PER_JOB_CACHE_ENV, scrubbed_env
+
+    assert scrubbed_env("cuda", tmp_path, 0, per_job_cache=True)[PER_JOB_CACHE_ENV] == "1"
+    assert PER_JOB_CACHE_ENV not in scrubbed_env("cuda", tmp_path, 0)
+    v = verifier(tmp_path / "ws")
+    assert v.layout.candidate.per_job_cache and not v.layout.trusted.per_job_cache
+    v.close()

@@ -27,7 +27,7 @@ import triton  # noqa: F401  (preloaded so each fork starts warm)
 
 from kernelloop.errors import error_line
 from kernelloop.sandbox.channel import Channel, ChannelClosed
-from kernelloop.sandbox.runner import DEVICE_ENV, PRELOAD_NOW_ENV
+from kernelloop.sandbox.runner import DEVICE_ENV, PER_JOB_CACHE_ENV, PRELOAD_NOW_ENV
 
 # Modules jobs need, which the Verifier has the zygote import once rather than each forked child
 # (sandbox/zygote.py: $KERNELLOOP_WORKER_PRELOAD before it is ready, ..._LATER in the background):
@@ -264,50 +264,51 @@ PRELOADED: dict[str, float] = {}  # what preload() did in the zygote, inherited 
 
 
 def preload() -> None:
-    """Run once by a GPU zygote after its imports, before it is ready (sandbox/zygote.py): what
-    Triton's first launch in every fresh process pays before any kernel compiles, done here so each
-    forked job inherits it. Measured in a candidate's job on an H200 node: 0.42 s hashing Triton's
-    own library for its cache key (`triton_key`, cached per process) and 0.36 s compiling its CUDA
-    driver helpers (cuda_utils) with gcc into the job's own, empty, cache. Neither touches CUDA.
-
-    The helpers are compiled into a temporary dir that is deleted once they are loaded: a job can't
-    reach the file that the zygote's, and so every later job's, mapping comes from (a file left in a
-    dir jobs can write could be changed under the next job). KERNELLOOP_PRELOAD=0 leaves both to
-    each job."""
+    """Run once by a GPU zygote beside its preload imports, before it is ready (sandbox/zygote.py):
+    the hash of Triton's own library that keys its caches (`triton_key`, computed once per process:
+    0.42 s of a candidate's first launch on an H200 node), so every forked job inherits it. Only a
+    value in memory: a job can't change the zygote's. No CUDA."""
     if not _GPU_WORKER or os.environ.get("TRITON_INTERPRET") == "1":
         return
-    import shutil
-    import tempfile
-
     from triton.runtime.cache import triton_key
 
     steps = Stopwatch()
     triton_key()
     steps.lap("preload_triton_key_s")
+    PRELOADED.update(steps.laps)
+
+
+def _load_triton_driver() -> None:
+    """Build and load Triton's CUDA driver helpers (cuda_utils: 0.36 s of gcc in every fresh process)
+    in this process, from a private temporary dir deleted once they are loaded.
+
+    Per process, never in the zygote: a job can open its own mapping of the library for writing
+    (/proc/self/map_files, seen in bubblewrap on an H200 node), and a mapping the zygote made would be
+    the same file in every later job (tests/fixtures/cheats/rewrite_triton_driver.py zeroed it, and
+    the next candidate crashed). Here the file is this process's alone."""
+    import shutil
+    import tempfile
+
     build = tempfile.mkdtemp(prefix="kernelloop-driver-")
     saved = os.environ.get("TRITON_CACHE_DIR")
     os.environ["TRITON_CACHE_DIR"] = build
     try:
         triton.runtime.driver.active.utils  # noqa: B018 - builds and loads the driver helpers
-    except Exception as exc:  # noqa: BLE001 - no driver here after all: each job meets it as before
-        print(f"kernelloop: Triton's driver was not preloaded: {error_line(exc)}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - no driver here after all: the job meets it as before
+        print(f"kernelloop: Triton's driver was not loaded ahead: {error_line(exc)}", file=sys.stderr)
     finally:
         if saved is None:
             os.environ.pop("TRITON_CACHE_DIR", None)
         else:
             os.environ["TRITON_CACHE_DIR"] = saved
         shutil.rmtree(build, ignore_errors=True)
-    steps.lap("preload_driver_s")
-    if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
-        raise RuntimeError("CUDA was initialised while preloading Triton's driver in the sandbox worker")
-    PRELOADED.update(steps.laps)
 
 
 def prepare() -> None:
     """Run by the zygote's standby child before its job is known (see sandbox/zygote.py): the CUDA
-    context and a cuBLAS handle (0.1-0.3 s in every fresh process), and whatever modules the
-    zygote did not preload, get made while the sandbox is idle instead of while a job waits.
-    Nothing to do without a visible GPU."""
+    context and a cuBLAS handle (0.1-0.3 s in every fresh process), Triton's driver helpers, and
+    whatever modules the zygote did not preload, get made while the sandbox is idle instead of while
+    a job waits. Nothing to do without a visible GPU."""
     if not _GPU_WORKER or not torch.cuda.is_available():
         return
     if torch.cuda._is_in_bad_fork():  # the zygote touched CUDA: every job here would fail to use it
@@ -318,6 +319,12 @@ def prepare() -> None:
     torch.mm(ones, ones)
     torch.cuda.synchronize()
     steps.lap("prepare_context_s")
+    # The candidates' worker: each job's Triton cache starts empty, so every job would build the
+    # helpers on its first launch. A trusted job reads them from its kept cache, and a reference
+    # job never launches Triton: it does not wait for them.
+    if os.environ.get(PER_JOB_CACHE_ENV) == "1" and os.environ.get("TRITON_INTERPRET") != "1":
+        _load_triton_driver()
+        steps.lap("prepare_driver_s")
     wanted = [name for name in os.environ.get(PRELOAD_NOW_ENV, "").split(",") if name]
     missing = [name for name in wanted if name not in sys.modules]
     for name in missing:
