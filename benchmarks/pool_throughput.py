@@ -119,6 +119,10 @@ def report(directory: Path) -> str:
              "included, paid once on every GPU at the same time, so it does not shrink with more GPUs). Warm: the passes "
              "after it on the same pool, the rate a long solve or bench run sees. Phases: the median of each verdict's "
              "`cost_s`, in seconds.", ""]
+    builds = directory / "builds.json"  # what each raw file ran, where the file names need words
+    if builds.is_file():
+        lines += ["Builds (from builds.json):", ""] + [f"- `{name}`: {what}" for name, what in
+                                                       json.loads(builds.read_text()).items()] + [""]
     for path in sorted(directory.glob("pool_throughput_*.json")):
         data = json.loads(path.read_text())
         rows, machine = data["rows"], data.get("machine", {})
