@@ -141,7 +141,7 @@ class ReferenceJob:
             self.sets[:] = fresh_sets
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.build_baselines(list(request.get("skip") or ()))  # a no-op where warm_up built them
+        self.build_baselines(list(request.get("skip") or ()))  # compiles nothing where warm_up built them
         hold_ms = self._timing.warm()
         return {"names": list(self._timing.fns), "compile_s": self.compile_s, "hold_ms": hold_ms,
                 "roofline": self.roofline, "device_name": torch.cuda.get_device_name()}
