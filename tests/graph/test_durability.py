@@ -92,7 +92,7 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_writes_the_best_so_far_and_the_thread_resumes(tmp_path):
+def test_ctrl_c_writes_the_best_so_far_and_the_thread_resumes(tmp_path, ctrl_c_reaches_children):
     logs = tmp_path / "logs"
     logs.mkdir()
     run = start(tmp_path, "t", logs, delays="coder/r2c1=8")

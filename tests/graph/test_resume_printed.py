@@ -33,7 +33,7 @@ def clean_env() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_printed_resume_command_works_as_printed(tmp_path):
+def test_the_printed_resume_command_works_as_printed(tmp_path, ctrl_c_reaches_children):
     workspace, cwd = tmp_path / "ws", tmp_path / "elsewhere"  # no .env or kernelloop.toml to lean on
     cwd.mkdir()
     # Ctrl-C lands while the coder waits. Whether that call's late answer is kept (LangGraph lets a running
