@@ -362,8 +362,12 @@ def _wait_for_child(pid: int, lines: _Lines, relay: _Relay) -> int:
         relay.close()
 
 
+def _preloading() -> bool:
+    return os.environ.get("KERNELLOOP_PRELOAD", "1") != "0"
+
+
 def _modules(variable: str) -> list[str]:
-    if os.environ.get("KERNELLOOP_PRELOAD", "1") == "0":
+    if not _preloading():
         return []
     return [name for name in os.environ.get(variable, "").split(",") if name.strip()]
 
@@ -442,7 +446,7 @@ def main() -> None:
     module = importlib.import_module(sys.argv[1])
     # The job module's own preload() (compiles and hashing: mostly outside the GIL) runs beside the
     # preload imports (Python, under it), both before the zygote is ready and forks.
-    alongside = _Alongside(getattr(module, "preload", None) if os.environ.get("KERNELLOOP_PRELOAD", "1") != "0" else None)
+    alongside = _Alongside(getattr(module, "preload", None) if _preloading() else None)
     _import_all(_modules("KERNELLOOP_WORKER_PRELOAD"))
     alongside.join()
     later = _Later(_modules("KERNELLOOP_WORKER_PRELOAD_LATER"))

@@ -276,14 +276,21 @@ for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT, ROOT / "pycache"):
 '''
 
 
-@needs_bwrap
-def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
+@pytest.fixture
+def kept_bytecode(tmp_path, monkeypatch) -> Path:
+    """A trusted cache dir of its own, bubblewrap, and torch without bytecode (as on the GPU nodes'
+    image): the trusted bytecode dir is then bound read-only into the candidates' sandbox, the one
+    part of the trusted cache a candidate can see. Returns the trusted cache dir."""
     cache = tmp_path / "trusted-cache"
     monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(cache))
-    # As on the H100 node: torch without bytecode, so the trusted bytecode dir is bound read-only into
-    # the candidates' sandbox, the one part of the trusted cache a candidate can see.
-    monkeypatch.setattr(trusted_cache, "installed_with_bytecode", lambda package="torch": False)
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
+    monkeypatch.setattr(trusted_cache, "installed_with_bytecode", lambda package="torch": False)
+    return cache
+
+
+@needs_bwrap
+def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, kept_bytecode):
+    cache = kept_bytecode
     problem = problem_file(tmp_path)
     writer = KERNEL.replace("PRELUDE", WRITER.replace("CACHE", repr(str(cache))))
     with verifier(tmp_path / "ws", static_checks=False) as v:  # the boundary itself, not the lint
@@ -296,15 +303,11 @@ def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, monkeypatch):
     assert f"refused {cache / 'pycache'} OSError" in verdict.stdout_tail  # read-only where it shows
 
 
-
 @needs_bwrap
-def test_a_candidate_cannot_plant_bytecode_for_the_trusted_worker(tmp_path, monkeypatch):
+def test_a_candidate_cannot_plant_bytecode_for_the_trusted_worker(tmp_path, kept_bytecode):
     """tests/fixtures/cheats/plant_trusted_bytecode.py turns bytecode writing back on and writes a .pyc
     for a module the trusted worker imports later, into the dir its sandbox is handed to read."""
-    cache = tmp_path / "trusted-cache"
-    monkeypatch.setenv("KERNELLOOP_TRUSTED_CACHE", str(cache))
-    monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
-    monkeypatch.setattr(trusted_cache, "installed_with_bytecode", lambda package="torch": False)
+    cache = kept_bytecode
     attack = ROOT / "tests" / "fixtures" / "cheats" / "plant_trusted_bytecode.py"
     problem = Problem.from_file(ROOT / "tests" / "fixtures" / "problems" / "relu.py")
     with verifier(tmp_path / "ws", static_checks=False) as v:
@@ -314,6 +317,7 @@ def test_a_candidate_cannot_plant_bytecode_for_the_trusted_worker(tmp_path, monk
     assert verdict.status is Status.correct, verdict.reason
     assert "refused" in verdict.stdout_tail and "planted " not in verdict.stdout_tail  # it did try, and failed
     assert not list(cache.rglob("planted.pyc")) and not list(cache.rglob("compile_fx*.pyc"))
+
 
 def test_the_trusted_cache_is_on_by_default_only_with_bubblewrap(monkeypatch, tmp_path):
     from kernelloop.tools.verify.trusted_cache import trusted_cache_root

@@ -227,7 +227,7 @@ class Verifier:
         self._server: ReferenceServer | None = None
         self._parent_costs: dict[str, float] = {}
         self._overlapped: dict[str, float] = {}  # costs beside the critical path (not in fixed_s)
-        self._workers_noted: set[int] = set()
+        self._workers_noted: set[Zygote] = set()
         self._laps = Laps()
         self._cache_state: dict = {}  # this verification's baseline-cache lookup (key, record, what to store)
         self._conditions: dict | None = None  # what the cache key holds of this machine (GPU, driver, versions)
@@ -287,8 +287,8 @@ class Verifier:
         """Each worker's own import time (its modules and preloads, as it said when ready), in the
         cost of the first verification it serves: what a cold start waits for beside this process."""
         for role, zygote in (("trusted", self._trusted_zygote), ("candidate", self._zygote)):
-            if zygote is not None and id(zygote) not in self._workers_noted:
-                self._workers_noted.add(id(zygote))
+            if zygote is not None and zygote not in self._workers_noted:
+                self._workers_noted.add(zygote)
                 self._overlapped[f"{role}_worker_import_s"] = zygote.import_s
 
     def _job(self, kind: str, **fields) -> dict:
@@ -360,8 +360,8 @@ class Verifier:
             # and, on a problem's first verification, builds the baselines (torch.compile's first
             # call) unless their times are kept: not after the trials, on the critical path. Not
             # for multi-GB outputs: the baselines' memory would sit beside the candidate's.
-            skip, _ = self._baseline_lookup(problem, made)
-            server.send_ahead("warm_up", {"skip": skip, "build": output_bytes <= budget.LARGE_OUTPUT_BYTES})
+            server.send_ahead("warm_up", {"skip": self._baseline_lookup(problem, made),
+                                          "build": output_bytes <= budget.LARGE_OUTPUT_BYTES})
         try:
             verdict = self._converse(session, made, problem, server)
         except ProblemError:  # the trusted side failed: the problem's error, not the candidate's verdict
@@ -421,11 +421,13 @@ class Verifier:
         complete = record is not None and all(isinstance((record.get("timings") or {}).get(n), dict) for n in asked)
         return key, asked, record if complete else None
 
-    def _baseline_lookup(self, problem: Problem, made: Made) -> tuple[list[str], dict | None]:
-        """(the baselines to skip as cached, their record) for this verification's timing."""
+    def _baseline_lookup(self, problem: Problem, made: Made) -> list[str]:
+        """The baselines this verification's timing skips as cached (kept, with their record, in
+        `_cache_state` for the timing phase)."""
         key, asked, record = self.cached_baselines(problem, output_specs(made.outputs))
-        self._cache_state = {"key": key, "record": record, "asked": asked, "note": self.layout.cache_note}
-        return (list(asked) if record is not None else []), record
+        skip = list(asked) if record is not None else []
+        self._cache_state = {"key": key, "record": record, "asked": asked, "skip": skip, "note": self.layout.cache_note}
+        return skip
 
     def _store_baselines(self, server: ReferenceServer) -> None:
         """After a verification that compiled and timed the baselines with no cached record: time
@@ -531,8 +533,7 @@ class Verifier:
         if self.time_it:
             session.advance("timing")
             warm = server.answer("warm_up") or {}
-            record = self._cache_state.get("record")
-            skip = list(self._cache_state.get("asked") or []) if record is not None else []
+            record, skip = self._cache_state.get("record"), self._cache_state.get("skip", [])
             # NVML reads this worker's GPU: the one this process compares on, where it has one
             cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
             judged = drive_timing(session, server, cuda_index, skip=skip, laps=self._laps, timed=self._cache_state)

@@ -38,7 +38,6 @@ from pathlib import Path
 from kernelloop.sandbox.isolation import choose_mode
 from kernelloop.sandbox.runner import Zygote
 from kernelloop.tools.verify import trusted_cache
-from kernelloop.tools.verify.trusted_cache import trusted_cache_root
 
 JOB_MODULE = "kernelloop.tools.verify.harness"
 # The same names as harness.LAUNCH_COUNTER_MODULES and COMPILER_MODULES (the harness imports torch).
@@ -92,7 +91,7 @@ def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, t
     # candidates' work dir: where bubblewrap runs, the candidates' sandbox can't see them.
     trusted_root = workspace / "verifier" / f"{name}-trusted"
     mode, _ = choose_mode(isolation)
-    cache_root, note = trusted_cache_root(mode, root)
+    cache_root, note = trusted_cache.trusted_cache_root(mode, root)
     # Compile caches: each candidate job has its own (nothing one writes reaches the next); the
     # trusted jobs use one the candidates can't see: the persistent trusted cache where it is on,
     # else one per workspace (hidden from the candidates with the workspace, where bubblewrap runs).
