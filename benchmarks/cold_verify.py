@@ -9,6 +9,7 @@ split: `phase_*_s`, `process_*_s`, `close_s`, and the candidate's own first call
 
     python benchmarks/cold_verify.py [--device cpu|cuda] [--runs 3] [--cache fresh|reused|both]
         [--pair CANDIDATE PROBLEM ...] [--label NAME] [--out FILE.jsonl] [--src DIR] [--profile-jobs DIR]
+        [--no-precompile]         (the first run leaves the kept bytecode to the importers, as before precompile.py)
         [--kernelbench PATH]      (also time KernelBench's eval_kernel_against_ref, fresh processes, alone and
                                    then with its torch.compile reference timing; PATH holds its src/)
     python benchmarks/cold_verify.py --report DIR   (DIR/README.md from DIR/*.jsonl; never edit it by hand)
@@ -122,6 +123,8 @@ def one_run(args, candidate: Path, problem: Path, cache_dir: Path | None, runner
     workspace = Path(tempfile.mkdtemp(prefix="cold-ws-"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(args.src), os.environ.get("PYTHONPATH")) if p)}
     env["KERNELLOOP_TRUSTED_CACHE"] = str(cache_dir) if cache_dir else "off"
+    if args.no_precompile:
+        env["KERNELLOOP_PRECOMPILE"] = "0"
     python = [args.python]
     if args.profile_jobs:  # cProfile in the parent and in every job's process (harness._profiled)
         where = args.profile_jobs.resolve() / f"{candidate.stem}-{'reused' if cache_dir else 'fresh'}-{run + 1}"
@@ -147,7 +150,38 @@ def one_run(args, candidate: Path, problem: Path, cache_dir: Path | None, runner
     except (IndexError, ValueError, KeyError):
         row.update(status="failed", error=(done.stderr or done.stdout)[-800:])
     subprocess.run(["rm", "-rf", str(workspace)], check=False)
+    if cache_dir:
+        row.update(_precompile_after(cache_dir / "pycache", since=time.time() - wall))
     return row
+
+
+def _precompile_after(bytecode_dir: Path, since: float, limit_s: float = 300) -> dict:
+    """Where the run started filling the kept bytecode dir in the background (precompile.py): wait
+    until that is done, so the next run starts on an idle machine, and keep its stamp (if it was
+    this run's, finished after `since`)."""
+    import fcntl
+
+    lock = bytecode_dir / ".precompile.lock"
+    if not lock.is_file():
+        return {}
+    started = time.perf_counter()
+    with open(lock) as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.perf_counter() - started > limit_s:
+                    break
+                time.sleep(0.05)
+    try:
+        stamp = json.loads((bytecode_dir / "precompiled.json").read_text())
+    except (OSError, ValueError):
+        stamp = {}
+    if not isinstance(stamp, dict) or stamp.get("finished_at", 0) < since:
+        return {}
+    return {"precompile_wait_s": time.perf_counter() - started,
+            "precompile": {k: stamp[k] for k in ("files", "compiled", "workers", "seconds", "finished_at") if k in stamp}}
 
 
 def kernelbench_run(args, candidate: Path, problem: Path, with_compile: bool) -> dict:
@@ -300,6 +334,7 @@ def report(directory: Path) -> str:
     cached = [r for r in rows if "baselines_cached_at" in r.get("cost_s", {})]
     if cached:
         lines.append(f"Runs that reused cached torch.compile baselines: {len(cached)} (the verdict says so in its warnings).")
+    lines += _precompile_section(groups)
     lines += _kernelbench_section(kernelbench) + _help_section(helps, directory / "help_times.txt")
     return "\n".join(lines) + "\n"
 
@@ -318,6 +353,25 @@ def _beside_section(groups: dict[tuple, list[dict]]) -> list[str]:
         values = [_median([r["cost_s"][f"{k}_s"] for r in group if f"{k}_s" in r.get("cost_s", {})]) for k in keys]
         if any(v is not None for v in values):
             lines.append(f"| {label} | {pair} | {cache} | " + " | ".join(_fmt(v) for v in values) + " |")
+    return lines
+
+
+def _precompile_section(groups: dict[tuple, list[dict]]) -> list[str]:
+    """The background fill of the kept bytecode dir that a reused cache's first run started, where
+    one ran: how long it took, with how many processes, and how long after the verification ended
+    it was still running (the benchmark waits for it before the next run)."""
+    filled = [(key, r) for key, group in sorted(groups.items()) for r in group if r.get("precompile")]
+    if not filled:
+        return []
+    lines = ["", "Precompile (the first run's background fill of the kept bytecode, precompile.py): per run, its own "
+             "wall s, files compiled of those listed, processes, and the wait after the verification ended.", "",
+             "| build | pair | cache | run | precompile s | files | processes | still running after the run, s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (label, pair, cache, _runner), row in filled:
+        stamp = row["precompile"]
+        lines.append(f"| {label} | {pair} | {cache} | {row.get('run', '')} | {_fmt(stamp.get('seconds'))} | "
+                     f"{stamp.get('compiled', '')} of {stamp.get('files', '')} | {stamp.get('workers', '')} | "
+                     f"{_fmt(row.get('precompile_wait_s'))} |")
     return lines
 
 
@@ -377,6 +431,8 @@ def main() -> None:
     parser.add_argument("--kernelbench", type=Path, help="a KernelBench checkout: time eval_kernel_against_ref too (GPU)")
     parser.add_argument("--kernelbench-eval-only", action="store_true",
                         help="with --kernelbench: its eval alone, not also with its torch.compile reference timing")
+    parser.add_argument("--no-precompile", action="store_true",
+                        help="KERNELLOOP_PRECOMPILE=0: the first run does not fill the kept bytecode on the spare cores")
     parser.add_argument("--report", type=Path, help="write DIR/README.md from DIR/*.jsonl and stop")
     parser.add_argument("--profile-jobs", type=Path, metavar="DIR",
                         help="cProfile the parent and each job's process into DIR/<pair>-<cache>-<run>/ (slows them: "

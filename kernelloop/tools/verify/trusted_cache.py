@@ -29,7 +29,8 @@ PYTHONDONTWRITEBYTECODE, such as the H200 nodes' image), every new process compi
 imports from source: seconds per process. The trusted side keeps that bytecode in ROOT/pycache:
 the trusted worker and the CLI's own process write it (importlib's atomic writes), the candidates'
 worker reads it through a read-only bind and writes nothing. A planted .pyc would run in the
-trusted processes, so it lives only where the trusted cache does (never in plain mode).
+trusted processes, so it lives only where the trusted cache does (never in plain mode). Its first
+use fills it on the spare cores, ahead of the importers (precompile.py).
 
 No torch here: the CLI reads the policy before torch is imported.
 """
@@ -103,9 +104,10 @@ def use_kept_bytecode(bytecode_dir: Path | None) -> bool:
     return True
 
 
-def use_kept_bytecode_early() -> bool:
+def use_kept_bytecode_early(fill: bool = False) -> bool:
     """For the CLI, before it imports typer, pydantic or torch: the kept bytecode dir, if the
-    trusted cache is on here (no torch needed to tell)."""
+    trusted cache is on here (no torch needed to tell). With `fill` (a command that will verify),
+    the spare cores start compiling into it now, where that was never done (precompile.py)."""
     from kernelloop.sandbox.isolation import choose_mode
 
     try:
@@ -113,7 +115,12 @@ def use_kept_bytecode_early() -> bool:
         root, _ = trusted_cache_root(mode)
     except Exception:  # noqa: BLE001 - a bad setting is reported by the command itself, later
         return False
-    return use_kept_bytecode(kept_bytecode_dir(root))
+    bytecode_dir = kept_bytecode_dir(root)
+    if fill:
+        from kernelloop.tools.verify import precompile
+
+        precompile.start(bytecode_dir)
+    return use_kept_bytecode(bytecode_dir)
 
 
 def versions() -> dict[str, str]:

@@ -25,7 +25,8 @@ Preloads by role, so the first verification never waits for what only later ones
 Bytecode: jobs never write .pyc files. Where torch was installed without them, the trusted worker
 keeps what it compiles in the persistent trusted cache (only there: no candidate can write it), and
 the candidates' worker reads it, read-only: a second process then skips recompiling torch's sources
-(trusted_cache.py, "Bytecode"; the CLI's own process uses it too).
+(trusted_cache.py, "Bytecode"; the CLI's own process uses it too). The first time, spare cores
+fill it ahead of both workers' imports (precompile.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from kernelloop.sandbox.isolation import choose_mode
 from kernelloop.sandbox.runner import Zygote
-from kernelloop.tools.verify import trusted_cache
+from kernelloop.tools.verify import precompile, trusted_cache
 
 JOB_MODULE = "kernelloop.tools.verify.harness"
 # The same names as harness.LAUNCH_COUNTER_MODULES and COMPILER_MODULES (the harness imports torch).
@@ -63,6 +64,8 @@ class WorkerSpec:
     bytecode_writes: bool = False
 
     def start(self, wait: bool = True) -> Zygote:
+        if self.bytecode_writes:  # the first time, the spare cores compile ahead of this worker's imports
+            precompile.start(self.bytecode_dir)
         return Zygote(JOB_MODULE, self.device, self.work_dir, self.gpu_index, hide=list(self.hide), standby=self.standby,
                       cache_dir=self.cache_dir, per_job_cache=self.per_job_cache, preload=self.preload,
                       preload_later=self.preload_later, wait=wait, bytecode_dir=self.bytecode_dir,
