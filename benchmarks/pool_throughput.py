@@ -130,10 +130,22 @@ def report(directory: Path) -> str:
                   f"torch {machine.get('torch', '?')}, triton {machine.get('triton', '?')}, sandbox {machine.get('isolation', '?')}; "
                   f"{data.get('date', '')} UTC. Problems: {', '.join(rows[0]['problems'])}; warm passes: {data.get('repeat')}.",
                   "", *table(rows), "", *phase_table(rows), ""]
+        lines += _cached_note(rows)
         statuses = {status for row in rows for part in ("cold", "warm") for status in row[part]["statuses"]}
         lines += [f"Verdicts: {', '.join(sorted(statuses))}"
                   + ("; they differ between settings (see the raw file)." if _differ(rows) else ", the same in every setting."), ""]
     return "\n".join(lines)
+
+
+def _cached_note(rows: list[dict]) -> list[str]:
+    """How many verdicts of each pass took their torch.compile baselines from the trusted cache (a
+    cold pass after another setting's reuses what that one built: it skips the compile)."""
+    counts = [(row["gpus"], part, sum("baselines_cached_at" in c for c in row[part].get("cost_s", [])),
+               len(row[part].get("cost_s", []))) for part in ("cold", "warm") for row in rows]
+    if not any(cached for _, _, cached, _ in counts):
+        return []
+    return ["torch.compile baselines read from the trusted cache, not built: " + "; ".join(
+        f"{gpus} GPU(s) {part} {cached} of {total}" for gpus, part, cached, total in counts) + ".", ""]
 
 
 def _differ(rows: list[dict]) -> bool:
