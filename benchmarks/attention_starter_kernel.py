@@ -40,9 +40,22 @@ EXAMPLES = ROOT / "examples" / "attention_candidates"
 # Block sizes, warps and stages per variant; missing: DEFAULT_CONFIG. Hopper's wgmma gives each
 # warpgroup (4 warps) 64 query rows: 128 x 64 with 8 warps holds the scores, P and the
 # accumulator in ~110-190 registers a thread with no spills for every variant (ptxas for sm_90a,
-# `hopper_build` below), where 4 warps need 230-255 and spill for two variants.
+# `hopper_build` below), where 128 rows on 4 warps need 230-255 and spill for two variants.
+# CONFIGS: the sweep on the H100 (docs/results/h100_attention_starters/sweep.jsonl, timed in one
+# process's interleaved rounds) where its fastest config beat the default by SWEEP_GAIN or more:
+# 64 x 64 on 4 warps (136-202 registers, no spills) for the masks that skip blocks, whose finer
+# query blocks skip more; 128 x 64 on 4 warps for the learned bias, faster although it spills
+# 160 bytes. tests/unit/test_attention_starters.py holds CONFIGS to that file.
 DEFAULT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
-CONFIGS: dict[str, dict[str, int] | None] = {}
+SWEEP_GAIN = 1.03
+_SMALL = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+CONFIGS: dict[str, dict[str, int] | None] = {
+    "1_causal_mask": _SMALL,  # 1.04x over the default
+    "2_document_mask": _SMALL,  # 1.34x
+    "8_document_mask_long": _SMALL,  # 1.31x
+    "9_learned_relative_bias": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},  # 1.18x
+    "10_neighborhood_2d": _SMALL,  # 1.29x
+}
 
 COMMON = '''
 LOG2E = tl.constexpr(1.4426950408889634)  # a kernel reads module globals only as constexprs

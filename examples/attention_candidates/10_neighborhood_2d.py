@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 # block sizes, warps and stages on the H100 (benchmarks/attention_starters.py --sweep)
-CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 3}
+CONFIG = {'BLOCK_M': 64, 'BLOCK_N': 64, 'num_warps': 4, 'num_stages': 3}
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a kernel reads module globals only as constexprs
 

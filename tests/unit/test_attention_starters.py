@@ -91,6 +91,22 @@ def test_configs_name_real_variants_and_fit_the_kernel():
         assert re.search(r"^CONFIG = " + re.escape(repr(config)), (EXAMPLES / f"{name}.py").read_text(), re.M)
 
 
+def test_configs_are_what_the_h100_sweep_measured():
+    """Each variant's config is the sweep's fastest where it beat the default by SWEEP_GAIN, else the
+    default (docs/results/h100_attention_starters/sweep.jsonl: timed together, in one process)."""
+    import json
+
+    rows = [json.loads(line) for line in (ROOT / "docs" / "results" / "h100_attention_starters" / "sweep.jsonl")
+            .read_text().splitlines() if line.strip()]
+    for name in NAMES:
+        timed = [r for r in rows if r.get("sweep") == name and "median_ms" in r]
+        assert timed, name
+        best = min(timed, key=lambda r: r["median_ms"])
+        default = next(r for r in timed if r["config"] == starter_kernel.DEFAULT_CONFIG)
+        expected = best["config"] if default["median_ms"] / best["median_ms"] >= starter_kernel.SWEEP_GAIN else default["config"]
+        assert starter_kernel.config_of(name) == expected, name
+
+
 @pytest.fixture(scope="module")
 def verifier(tmp_path_factory):
     with Verifier(device="cpu", workspace=tmp_path_factory.mktemp("ws"), time_it=False) as v:
@@ -133,8 +149,10 @@ def _can_build_for_hopper() -> bool:
 def test_starter_builds_for_the_h100_with_tensor_cores_pipelined_loads_and_no_spills(name):
     """What the interpreter can't show: the kernel as the H100 would run it (sm_90a, the
     realistic shape's specialisations) uses wgmma for both matmuls, cp.async for K and V (the
-    pipelined loop), exp2, and keeps to its registers."""
+    pipelined loop), exp2, and keeps to its registers. One exception, chosen on measurement: the
+    learned bias's 128 x 64 on 4 warps spills 160 bytes and was still 1.18x faster on the H100."""
     built = starter_kernel.hopper_build(name)
     assert built["wgmma"] > 0 and built["cp_async"] > 0 and built["exp2"] > 0, built
-    assert built["spill_bytes"] == 0 and built["registers"] <= 255, built
+    allowed = 160 if name == "9_learned_relative_bias" else 0
+    assert built["spill_bytes"] <= allowed and built["registers"] <= 255, built
     assert built["shared"] <= 227 * 1024, built  # the H100's shared memory per block
