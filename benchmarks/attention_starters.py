@@ -230,6 +230,30 @@ def _faster_elsewhere(starters: list[dict]) -> list[str]:
     return [""] + lines if lines else []
 
 
+def _starters_table(starters: list[dict]) -> list[str]:
+    lines = ["| variant | verdict | starter ms | FlexAttention ms | vs FlexAttention | SDPA flash ms | SDPA cuDNN ms "
+             "| best available | vs best | config |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in starters:
+        ms, speedup = r.get("ms", {}), r.get("speedup", {})
+        verdict = r.get("status", "not verified")
+        if verdict != "correct" and "ms" not in r:
+            lines.append(f"| {r['variant']} | {verdict}: {r.get('reason', '')[:80]} |" + " - |" * 8)
+            continue
+        config = r.get("config") or {}
+        lines.append(
+            f"| {r['variant']} | {verdict} | {_cell(ms.get(STARTER))} | {_cell(ms.get(FLEX))} | "
+            f"{_cell(speedup.get(FLEX), '.2f')}x | {_cell(ms.get('sdpa_flash'))} | {_cell(ms.get('sdpa_cudnn'))} | "
+            f"{r.get('best_available', '-')} | {_cell(r.get('speedup_over_best'), '.2f')}x | "
+            f"{_label(config) if config else '-'} |")
+    over_flex = [r["speedup"][FLEX] for r in starters if FLEX in r.get("speedup", {})]
+    over_best = [r["speedup_over_best"] for r in starters if r.get("speedup_over_best")]
+    if over_flex:
+        lines += ["", f"Geometric mean over FlexAttention: {statistics.geometric_mean(over_flex):.2f}x "
+                      f"({len(over_flex)} variants); over the best baseline this run timed: "
+                      f"{statistics.geometric_mean(over_best):.2f}x."]
+    return lines + _faster_elsewhere(starters)
+
+
 def report(folder: Path) -> str:
     """README.md text from every raw .jsonl file in `folder`."""
     rows = []
@@ -251,32 +275,14 @@ def report(folder: Path) -> str:
               "verifier's method); a speedup is the median over rounds of baseline / starter, so > 1 means the "
               "starter is faster. Best available: the fastest baseline timed for the variant (FlexAttention, "
               "or SDPA's flash or cuDNN backend where SDPA computes the variant).", ""]
-    if starters:
-        lines += ["## Starters against FlexAttention and the best available", "",
-                  "| variant | verdict | starter ms | FlexAttention ms | vs FlexAttention | SDPA flash ms "
-                  "| SDPA cuDNN ms "
-                  "| best available | vs best | config |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in starters:
-            ms, speedup = r.get("ms", {}), r.get("speedup", {})
-            verdict = r.get("status", "not verified")
-            if verdict != "correct" and "ms" not in r:
-                lines.append(f"| {r['variant']} | {verdict}: {r.get('reason', '')[:80]} |" + " - |" * 8)
-                continue
-            config = r.get("config") or {}
-            lines.append(
-                f"| {r['variant']} | {verdict} | {_cell(ms.get(STARTER))} | {_cell(ms.get(FLEX))} | "
-                f"{_cell(speedup.get(FLEX), '.2f')}x | {_cell(ms.get('sdpa_flash'))} | {_cell(ms.get('sdpa_cudnn'))} | "
-                f"{r.get('best_available', '-')} | {_cell(r.get('speedup_over_best'), '.2f')}x | "
-                f"{_label(config) if config else '-'} |")
-        over_flex = [r["speedup"][FLEX] for r in starters if FLEX in r.get("speedup", {})]
-        over_best = [r["speedup_over_best"] for r in starters if r.get("speedup_over_best")]
-        if over_flex:
-            lines += ["", f"Geometric mean over FlexAttention: {statistics.geometric_mean(over_flex):.2f}x "
-                          f"({len(over_flex)} variants); over the best baseline this run timed: "
-                          f"{statistics.geometric_mean(over_best):.2f}x."]
-        lines += _faster_elsewhere(starters)
-        lines.append("")
+    builds = folder / "builds.json"  # what each raw file ran, where its name needs words
+    what_ran = json.loads(builds.read_text()) if builds.is_file() else {}
+    by_file: dict[str, list[dict]] = {}
+    for r in starters:
+        by_file.setdefault(r["_file"], []).append(r)
+    for name, group in by_file.items():  # one table per raw file: each is one build's run
+        lines += [f"## Starters against FlexAttention and the best available ({name})", "",
+                  *([what_ran[name], ""] if name in what_ran else []), *_starters_table(group), ""]
     if swept:
         lines += ["## Config sweep (block sizes, warps, stages)", "",
                   "Each config checked against the reference, then all of a variant's configs timed in the same "
