@@ -63,12 +63,13 @@ def stamp_key() -> str | None:
     return f"{sys.version}|{spec.origin}|{found.st_mtime_ns}|{found.st_size}"
 
 
-def done(bytecode_dir: Path, key: str | None = None) -> bool:
+def done(bytecode_dir: Path) -> bool:
+    """Whether the dir holds this environment's stamp."""
     try:
         stamp = json.loads((bytecode_dir / STAMP).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(stamp, dict) and stamp.get("key") == (key or stamp_key())
+    return isinstance(stamp, dict) and stamp.get("key") == stamp_key()
 
 
 def cores() -> int:
