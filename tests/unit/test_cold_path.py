@@ -273,6 +273,11 @@ for where in (ROOT / "baselines", ROOT / "compile-cpu", ROOT, ROOT / "pycache"):
         print("wrote", where)
     except OSError as exc:
         print("refused", where, type(exc).__name__)
+try:  # a forged stamp would stop later runs from filling the dir (precompile.py): refused as well
+    (ROOT / "pycache" / "precompiled.json").write_text('{"key": "forged"}')
+    print("wrote stamp")
+except OSError as exc:
+    print("refused stamp", type(exc).__name__)
 '''
 
 
@@ -301,6 +306,7 @@ def test_a_candidate_cannot_write_the_trusted_cache(tmp_path, kept_bytecode):
     # What it wrote (if anything) went to its sandbox's own throwaway tmpfs, never the trusted dir.
     assert not list(cache.rglob("planted.json"))
     assert f"refused {cache / 'pycache'} OSError" in verdict.stdout_tail  # read-only where it shows
+    assert "refused stamp OSError" in verdict.stdout_tail and not (cache / "pycache" / "precompiled.json").exists()
 
 
 @needs_bwrap
