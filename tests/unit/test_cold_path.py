@@ -325,6 +325,29 @@ def test_a_candidate_cannot_plant_bytecode_for_the_trusted_worker(tmp_path, kept
     assert not list(cache.rglob("planted.pyc")) and not list(cache.rglob("compile_fx*.pyc"))
 
 
+@needs_bwrap
+def test_a_candidate_can_neither_forge_the_fill_stamp_nor_keep_its_lock(tmp_path, kept_bytecode):
+    """tests/fixtures/cheats/hold_precompile_lock.py forges the kept bytecode's stamp and leaves a
+    process holding the fill's lock (a real first run leaves the lock file there): the stamp is
+    refused, and the lock is free again once the verdict is out."""
+    import fcntl
+
+    from kernelloop.tools.verify import precompile
+
+    attack = ROOT / "tests" / "fixtures" / "cheats" / "hold_precompile_lock.py"
+    problem = Problem.from_file(ROOT / "tests" / "fixtures" / "problems" / "relu.py")
+    with verifier(tmp_path / "ws", static_checks=False) as v:
+        bytecode = v.layout.trusted.bytecode_dir
+        bytecode.mkdir(parents=True, exist_ok=True)
+        (bytecode / precompile.LOCK).touch()
+        verdict = v.verify(Candidate.from_file(attack), problem)
+        assert verdict.status is Status.correct, verdict.reason
+        assert "refused stamp OSError" in verdict.stdout_tail and "holding the lock" in verdict.stdout_tail
+        assert not (bytecode / precompile.STAMP).exists()
+        with open(bytecode / precompile.LOCK) as lock:  # raises BlockingIOError while anything of the job holds it
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def test_the_trusted_cache_is_on_by_default_only_with_bubblewrap(monkeypatch, tmp_path):
     from kernelloop.tools.verify.trusted_cache import trusted_cache_root
 
