@@ -161,7 +161,9 @@ def _precompile_after(bytecode_dir: Path, since: float, limit_s: float = 300) ->
     this run's, finished after `since`)."""
     import fcntl
 
-    lock = bytecode_dir / ".precompile.lock"
+    from kernelloop.tools.verify.precompile import LOCK, STAMP
+
+    lock = bytecode_dir / LOCK
     if not lock.is_file():
         return {}
     started = time.perf_counter()
@@ -175,7 +177,7 @@ def _precompile_after(bytecode_dir: Path, since: float, limit_s: float = 300) ->
                     break
                 time.sleep(0.05)
     try:
-        stamp = json.loads((bytecode_dir / "precompiled.json").read_text())
+        stamp = json.loads((bytecode_dir / STAMP).read_text())
     except (OSError, ValueError):
         stamp = {}
     if not isinstance(stamp, dict) or stamp.get("finished_at", 0) < since:

@@ -80,7 +80,7 @@ def test_a_changed_source_is_compiled_again_and_a_fresh_one_is_left(package, pre
 
 
 def test_it_compiles_in_the_order_the_importers_need(monkeypatch):
-    files = precompile.source_files()
+    files = list(precompile.source_files())
     names = [str(f) for f in files]
     assert len(names) == len(set(names))  # each once
     assert not [f for f in files if {"tests", "test"} & set(f.parts[:-1]) and "site-packages" in f.parts]
@@ -136,7 +136,7 @@ def test_the_program_compiles_nothing_while_another_holds_the_lock_or_the_stamp_
 
 
 def test_the_program_fills_the_dir_and_stamps_it(package, prefix, monkeypatch):
-    monkeypatch.setattr(precompile, "_in_order", lambda: iter(sorted(package.glob("*.py"))))
+    monkeypatch.setattr(precompile, "source_files", lambda: iter(sorted(package.glob("*.py"))))
     monkeypatch.setattr(precompile, "cores", lambda: 5)  # two workers beside three importers
     assert precompile.main([str(prefix)]) == 0
     stamp = json.loads((prefix / precompile.STAMP).read_text())

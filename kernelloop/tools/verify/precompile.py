@@ -149,7 +149,7 @@ def _package_dir(name: str) -> list[Path]:
     return [f for location in spec.submodule_search_locations for f in _walk(Path(location))]
 
 
-def _in_order() -> Iterator[Path]:
+def source_files() -> Iterator[Path]:
     """Every source file to compile, each once, in the order the importers need them; yielded as
     found, so compiling the first starts while the rest are still being listed (reading every
     distribution's record takes a while)."""
@@ -172,10 +172,6 @@ def _in_order() -> Iterator[Path]:
             if source not in seen:
                 seen.add(source)
                 yield source
-
-
-def source_files() -> list[Path]:
-    return list(_in_order())
 
 
 def _fresh(source: Path, compiled: str) -> bool:
@@ -221,7 +217,7 @@ def fill(bytecode_dir: Path, workers: int, files: list[Path] | None = None) -> d
 
     def counted() -> Iterator[Path]:
         nonlocal listed
-        for source in _in_order() if files is None else files:
+        for source in source_files() if files is None else files:
             listed += 1
             yield source
 
