@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,7 +142,9 @@ def check_ncu() -> Check:
 
 
 def check_sandbox() -> Check:
-    """Which isolation mode a verifier would use, and (bubblewrap) that Python starts inside it."""
+    """Which isolation mode a verifier would use, and what actually holds for a job: one job run
+    through a real worker, its box measured from outside (user namespace, uid, capabilities,
+    seccomp, pid namespace)."""
     from kernelloop.sandbox.isolation import IsolationError, choose_mode, gpu_memory_fraction, probe_bubblewrap
 
     try:
@@ -153,16 +154,60 @@ def check_sandbox() -> Check:
         return Check("sandbox", "fail", str(exc), "install bubblewrap, or set KERNELLOOP_SANDBOX=auto")
     # The GPU memory cap means nothing where there is no GPU: said only where torch sees one.
     limits = f"; children capped at {fraction:g} of GPU memory" if _has_cuda() else ""
+    box, failed = _measure_a_job()
+    if failed:
+        return Check("sandbox", "fail", f"{note}, but a job does not run in it: {failed}",
+                     "report this with `kernelloop doctor --json`; KERNELLOOP_SANDBOX=plain runs without bubblewrap")
+    held = describe_box(box)
+    if box.get("isolated"):
+        return Check("sandbox", "ok", f"isolated: {held}{limits}")
+    why = str(box.get("why", ""))
     if mode == "plain":
         fix = ("apt-get install bubblewrap" if probe_bubblewrap().path is None
-               else "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or a container "
-                    "that permits them)") if "KERNELLOOP_SANDBOX=plain" not in note else "unset KERNELLOOP_SANDBOX"
-        return Check("sandbox", "warn", f"{note}: static rules, scrubbed environment and limits only{limits}", fix)
-    started = _start_python_in_sandbox()
-    if started:
-        return Check("sandbox", "fail", f"bubblewrap works, but Python does not start in the sandbox: {started}",
-                     "report this with `kernelloop doctor --json`; KERNELLOOP_SANDBOX=plain runs without it")
-    return Check("sandbox", "ok", note + limits)
+               else "allow unprivileged user namespaces (sysctl user.max_user_namespaces>0, "
+                    "kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0, or a "
+                    "container that permits them)") if "KERNELLOOP_SANDBOX=plain" not in note else "unset KERNELLOOP_SANDBOX"
+    elif "namespace" in why:
+        fix = ("allow nested unprivileged user namespaces (sysctl user.max_user_namespaces>0, "
+               "kernel.apparmor_restrict_unprivileged_userns=0) so each job gets its own")
+    elif "seccomp" in why:
+        fix = "a kernel with seccomp filters (CONFIG_SECCOMP_FILTER) on x86_64 or aarch64"
+    else:
+        fix = "see docs/architecture.md, 'The sandbox'"
+    return Check("sandbox", "warn", f"NOT ISOLATED ({why}): {held}{limits}", fix)
+
+
+def describe_box(box: dict) -> str:
+    """One line of what held for a job: sandbox, uid on the host, capabilities, seccomp, namespaces."""
+    if "capabilities" not in box:
+        return f"{box.get('sandbox', '?')} sandbox, nothing measured"
+    caps = "no capabilities" if not int(box["capabilities"] or "0", 16) else f"capabilities {box['capabilities']}"
+    spaces = ", ".join(box.get("own_namespaces", [])) or "none"
+    return (f"{box.get('sandbox', '?')} sandbox, uid {box.get('host_uid', '?')} on the host, {caps}, "
+            f"seccomp {'on' if box.get('seccomp') else 'off'}, no_new_privs {'on' if box.get('no_new_privs') else 'off'}, "
+            f"own namespaces: {spaces}")
+
+
+def _measure_a_job() -> tuple[dict, str]:
+    """(the box of one job run through a real worker, '' or what went wrong)."""
+    import tempfile
+
+    from kernelloop.sandbox.runner import SandboxError, Zygote
+
+    with tempfile.TemporaryDirectory(prefix="kernelloop-doctor-") as work:
+        work_dir = Path(work) / "verifier" / "cpu"
+        try:
+            zygote = Zygote("kernelloop.sandbox.box_probe", "cpu", work_dir, hide=[Path(work)])
+        except (SandboxError, OSError) as exc:
+            return {}, str(exc).splitlines()[0]
+        try:
+            outcome = zygote.run({"kind": "probe"}, work_dir / "jobs" / "probe", 60, 60)
+        finally:
+            zygote.close()
+    if outcome.exit_code != 0:
+        tail = outcome.stderr_tail.strip().splitlines()
+        return outcome.box, f"exit code {outcome.exit_code}{': ' + tail[-1] if tail else ''}"
+    return outcome.box, ""
 
 
 def _has_cuda() -> bool:
@@ -197,24 +242,6 @@ def shown_value(name: str, value) -> str:
     if name == "target":
         return format_target(value)
     return str(value)
-
-
-def _start_python_in_sandbox() -> str:
-    """Start this Python with the sandbox's own mounts and import kernelloop; '' or what went wrong."""
-    import tempfile
-
-    from kernelloop.sandbox.isolation import bubblewrap_argv, sandbox_mounts
-
-    with tempfile.TemporaryDirectory(prefix="kernelloop-doctor-") as work:
-        work_dir = Path(work)
-        (work_dir / "inputs").mkdir()
-        argv = bubblewrap_argv(sandbox_mounts(work_dir, "cpu"), work_dir)
-        package_root = str(Path(__file__).resolve().parents[1])
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": package_root, "HOME": work}
-        done = subprocess.run(argv + [sys.executable, "-c", "import kernelloop.sandbox.zygote"], env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
-    lines = (done.stderr or "").strip().splitlines()
-    return "" if done.returncode == 0 else (lines[-1] if lines else f"exit code {done.returncode}")
 
 
 def check_endpoint(base_url: str | None = None, model: str | None = None, api_key: str | None = None) -> Check:

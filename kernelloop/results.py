@@ -132,6 +132,7 @@ class Code(str, Enum):
     no_own_kernel = "no_own_kernel"
     leaves_work_to_torch = "leaves_work_to_torch"
     library_ops_strict = "library_ops_strict"
+    not_isolated = "not_isolated"  # --strict, and the job could not be contained (the sandbox's fault, not the candidate's)
     writes_to_inputs = "writes_to_inputs"
     aliases_input = "aliases_input"
     decoy_kernel = "decoy_kernel"
@@ -418,6 +419,9 @@ class Verdict(Record):
     localisation: Localisation | None = None  # where an incorrect output is wrong
     cost_s: dict[str, float] = field(default_factory=dict)  # where the verifier's wall time went
     isolation: str = ""  # the sandbox that judged: "bubblewrap" or "plain" (as far as a plain process allows)
+    # What held for the candidate's job, measured from outside it (sandbox/confine.py): `isolated`,
+    # and where not, `why`; the job's uid on the host, capabilities, seccomp, its own namespaces.
+    containment: dict[str, Any] = field(default_factory=dict)
     speed_source: str = ""  # where `speedup` comes from: "events (confirmed by the parent's clock)" or "parent clock"
 
     _records: ClassVar[dict[str, type[Record]]] = {"gpu": GpuState, "localisation": Localisation}

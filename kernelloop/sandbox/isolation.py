@@ -50,6 +50,9 @@ PROBE_TIMEOUT_S = 20.0
 INPUTS_DIR = "inputs"  # under the work dir: copies of job input files the sandbox can't otherwise see
 # Namespaces shared by the probe and the real sandbox, so a probe that passes means they work.
 NAMESPACE_FLAGS = ("--unshare-net", "--unshare-pid", "--unshare-ipc")
+SANDBOX_USER_ENV = "KERNELLOOP_SANDBOX_USER"  # uid[:gid] the workers drop to when kernelloop runs as root
+DEFAULT_SANDBOX_USER = "65534:65534"  # nobody:nogroup
+ROOT_START_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID")  # see privilege_flags
 
 
 class IsolationError(RuntimeError):
@@ -131,8 +134,8 @@ def probe_bubblewrap() -> Probe:
     path = shutil.which("bwrap")
     if path is None:
         return Probe(False, None, "bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
-    argv = [path, *NAMESPACE_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "true"]
+    argv = [path, *NAMESPACE_FLAGS, *privilege_flags(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/tmp", "true"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -170,7 +173,7 @@ def choose_mode(explicit: str | None = None) -> tuple[Mode, str]:
 class Mount:
     """One bubblewrap mount, applied in order: a later mount over a path wins."""
 
-    kind: Literal["ro", "rw", "dev-bind", "dev", "tmpfs", "proc"]
+    kind: Literal["ro", "rw", "dev-bind", "dev", "tmpfs", "proc", "dir"]
     path: Path
     optional: bool = False  # bind only when the source exists (bwrap's *-try)
 
@@ -178,8 +181,73 @@ class Mount:
         target = str(self.path)
         if self.kind in ("tmpfs", "proc", "dev"):  # fresh filesystems: a tmpfs, the namespace's procfs, a minimal /dev
             return [f"--{self.kind}", target]
+        if self.kind == "dir":  # a dir on the way to a bind, traversable by the sandbox user (bwrap's default is 0700)
+            return ["--perms", "0755", "--dir", target]
         flag = {"ro": "--ro-bind", "rw": "--bind", "dev-bind": "--dev-bind"}[self.kind]
         return [flag + ("-try" if self.optional else ""), target, target]
+
+
+def gpu_device_nodes() -> list[Path]:
+    """The NVIDIA device nodes this host has (/dev/nvidia0, nvidiactl, nvidia-uvm, the caps dir...)."""
+    dev = Path("/dev")
+    return sorted(p for p in dev.glob("nvidia*")) + ([dev / "dri"] if (dev / "dri").is_dir() else [])
+
+
+def privilege_flags() -> list[str]:
+    """bubblewrap's flags for who runs inside. As a user: a user namespace, every capability
+    dropped. As root, bubblewrap makes no user namespace of its own and would keep all of root's
+    capabilities: it keeps three, which the worker uses in its first lines and then loses as it
+    becomes the unprivileged sandbox user (zygote._drop_to; the kernel clears every capability as
+    the uid leaves 0): CAP_SYS_ADMIN to lift bubblewrap's read-only covers off /proc/sys and the like
+    (locked covers would keep each job from mounting a /proc of its own; no process of that uid can
+    write under them), CAP_SETUID and CAP_SETGID to change uid."""
+    if os.geteuid() != 0:
+        return ["--unshare-user", "--cap-drop", "ALL"]
+    return ["--cap-drop", "ALL", *[flag for cap in ROOT_START_CAPS for flag in ("--cap-add", cap)]]
+
+
+def sandbox_user() -> tuple[int, int] | None:
+    """(uid, gid) the workers drop to: None unless kernelloop runs as root, then KERNELLOOP_SANDBOX_USER
+    or nobody (65534). A uid of 0 there is refused: root inside is what this prevents."""
+    if os.geteuid() != 0:
+        return None
+    raw = os.environ.get(SANDBOX_USER_ENV) or DEFAULT_SANDBOX_USER
+    uid, _, gid = raw.partition(":")
+    try:
+        ids = int(uid), int(gid or uid)
+    except ValueError:
+        raise IsolationError(f"{SANDBOX_USER_ENV}={raw!r}: use UID or UID:GID, e.g. 65534:65534") from None
+    if 0 in ids:
+        raise IsolationError(f"{SANDBOX_USER_ENV}={raw!r}: the sandbox user must not be root")
+    return ids
+
+
+def hand_to(path: Path, user: tuple[int, int] | None) -> None:
+    """Make `path` (and everything under it) the sandbox user's, so its jobs can write there; the
+    parent, root, still reads it. Links are changed, never followed."""
+    if user is None or not os.path.lexists(path):
+        return
+    uid, gid = user
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            item = os.path.join(root, name)
+            if os.lstat(item).st_uid != uid:
+                os.lchown(item, uid, gid)
+    if os.lstat(path).st_uid != uid:
+        os.lchown(path, uid, gid)
+
+
+def _closed_ways() -> list[Path]:
+    """Dirs on the way to the Python install that others may not pass (a root-only home holding
+    pyenv or a venv): hidden and the install bound back through open dirs, so the sandbox user
+    gets to it, and to nothing else there."""
+    closed = []
+    for path in _python_paths():
+        for way in reversed(path.parents):
+            if way != Path("/") and not os.stat(way).st_mode & 0o001:
+                closed.append(way)
+                break
+    return closed
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -204,17 +272,21 @@ def sandbox_mounts(work_dir: Path, device: str, hide: Sequence[Path] = (), writa
     `read_only` (reference outputs only the parent writes); all must exist before the sandbox starts."""
     work_dir = Path(work_dir).resolve()
     mounts = [Mount("ro", Path("/"))]
-    if device == "cuda":  # the GPU's device nodes, as the host has them
-        mounts += [Mount("dev-bind", Path("/dev")), Mount("tmpfs", Path("/dev/shm"))]
-    else:
-        mounts.append(Mount("dev", Path("/dev")))
+    # A minimal /dev (null, zero, random, tty, shm...), and on a GPU worker the GPU's nodes alone:
+    # never the host's disks, whoever the job's uid is on the host.
+    mounts.append(Mount("dev", Path("/dev")))
+    if device == "cuda":
+        mounts += [Mount("dev-bind", node, optional=True) for node in gpu_device_nodes()]
     mounts.append(Mount("proc", Path("/proc")))
     hidden = [Path("/tmp"), Path.home()]
     # Unix sockets (a container runtime's, a session bus) stay reachable on a read-only mount.
     hidden += [Path(p) for p in ("/run", "/var/run") if not os.path.islink(p)]
+    hidden += _closed_ways()
     hidden = [p.resolve() for p in hidden if p.is_dir() and p.resolve() != Path("/")]
     mounts += [Mount("tmpfs", p) for p in dict.fromkeys(hidden)]
-    mounts += [Mount("ro", p) for p in dict.fromkeys(_python_paths()) if any(_within(p, h) for h in hidden)]
+    # Never a hidden dir whole (a script run from /tmp puts /tmp on sys.path): that would undo the hiding.
+    mounts += [Mount("ro", p) for p in dict.fromkeys(_python_paths()) if any(_within(p, h) for h in hidden)
+               and p not in hidden]
     if device == "cuda":  # the driver's persistence daemon, when it runs
         mounts.append(Mount("ro", Path("/run/nvidia-persistenced"), optional=True))
     # Hidden last, so nothing bound back above reopens them; the work dir is bound back after.
@@ -226,7 +298,26 @@ def sandbox_mounts(work_dir: Path, device: str, hide: Sequence[Path] = (), writa
     # never rewritable by a job.
     mounts.append(Mount("ro", work_dir / INPUTS_DIR))
     mounts += [Mount("ro", Path(p).resolve()) for p in read_only]
-    return mounts
+    return _with_ways_in(mounts)
+
+
+def _with_ways_in(mounts: list[Mount]) -> list[Mount]:
+    """Before each bind into a fresh tmpfs, the dirs on its way there, made traversable: bubblewrap
+    makes missing ones 0700, which only root gets through, and the sandbox user is not root."""
+    out: list[Mount] = []
+    made: set[Path] = set()
+    for mount in mounts:
+        if mount.kind == "tmpfs":
+            made = {d for d in made if not _within(d, mount.path)} | {mount.path}
+        elif mount.kind in ("ro", "rw", "dev-bind"):
+            covering = [m.path for m in out if m.kind == "tmpfs" and _within(mount.path, m.path)]
+            if covering:
+                ways = [a for a in reversed(mount.path.parents) if _within(a, covering[-1]) and a not in made]
+                out += [Mount("dir", a) for a in ways]
+                made.update(ways)
+            made.add(mount.path)
+        out.append(mount)
+    return out
 
 
 def visible(path: Path, mounts: Sequence[Mount]) -> bool:
@@ -245,7 +336,7 @@ def bubblewrap_argv(mounts: Sequence[Mount], work_dir: Path) -> list[str]:
     # No --die-with-parent: it is PR_SET_PDEATHSIG, which fires when the *thread* that started
     # bwrap exits, so a pool worker thread ending would kill a zygote other threads still use.
     # The zygote ends on its own when its stdin closes (the parent process died).
-    argv = [probe.path, *NAMESPACE_FLAGS]
+    argv = [probe.path, *NAMESPACE_FLAGS, *privilege_flags(), "--new-session"]
     for mount in mounts:
         argv += mount.argv()
     return argv + ["--chdir", str(Path(work_dir).resolve()), "--"]

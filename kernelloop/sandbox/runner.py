@@ -19,6 +19,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -30,8 +31,19 @@ from typing import IO
 
 import kernelloop
 from kernelloop import progress
-from kernelloop.sandbox.isolation import INPUTS_DIR, ChildLimits, bubblewrap_argv, child_limits, choose_mode, sandbox_mounts, visible
+from kernelloop.sandbox.isolation import (
+    INPUTS_DIR,
+    ChildLimits,
+    bubblewrap_argv,
+    child_limits,
+    choose_mode,
+    hand_to,
+    sandbox_mounts,
+    sandbox_user,
+    visible,
+)
 from kernelloop.sandbox.safe_io import JobDir, read_tail
+from kernelloop.sandbox.zygote import JOB_WRITABLE_ENV
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on
 PER_JOB_CACHE_ENV = "KERNELLOOP_PER_JOB_CACHE"  # set for a worker whose jobs each get their own compile caches
@@ -71,6 +83,7 @@ class JobOutcome:
     job_dir: Path | None = None
     notes: list[str] = field(default_factory=list)
     ended_at: float = 0.0  # wall clock (time.time) when the parent learnt the job ended
+    box: dict = field(default_factory=dict)  # the containment that held for it (Zygote._containment)
 
 
 def cache_env(cache_dir: Path) -> dict[str, str]:
@@ -155,16 +168,26 @@ class Zygote:
         self.mode, self.mode_note = choose_mode(isolation)
         self.mounts = (sandbox_mounts(self.work_dir, device, hide, writable=writable, read_only=read_only)
                        if self.mode == "bubblewrap" else [])
-        command = [sys.executable, "-m", "kernelloop.sandbox.zygote", job_module, *([] if standby else ["--no-standby"])]
+        # As root, the jobs' uid on the host is an unprivileged one, which must own what they write.
+        # Only inside bubblewrap, whose mounts show that uid the Python install wherever it lies (a
+        # root-only home too); a plain worker as root stays root, and says so (not isolated).
+        self.user = sandbox_user() if self.mode == "bubblewrap" else None
+        for path in writable:
+            hand_to(path, self.user)
+        # -P: no cwd on sys.path, and cwd is /: nothing a job could write is ever imported from.
+        command = [sys.executable, "-P", "-m", "kernelloop.sandbox.zygote", job_module,
+                   *([] if standby else ["--no-standby"]),
+                   *([f"--drop-to={self.user[0]}:{self.user[1]}"] if self.user else [])]
         if self.mounts:
-            command = bubblewrap_argv(self.mounts, self.work_dir) + command
-        self._log = (self.work_dir / "zygote.log").open("ab")
+            command = bubblewrap_argv(self.mounts, Path("/")) + command
+        self._log = open_log(self.work_dir / "zygote.log")
         self._started = time.perf_counter()
+        env = scrubbed_env(device, self.cache_dir, gpu_index, preload, preload_later, bytecode_dir, bytecode_writes,
+                           per_job_cache)
+        # What every job of this worker may write beside its own job dir (confine.lock_down).
+        env[JOB_WRITABLE_ENV] = "" if per_job_cache else os.pathsep.join(str(Path(p).resolve()) for p in writable)
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env=scrubbed_env(device, self.cache_dir, gpu_index, preload, preload_later, bytecode_dir, bytecode_writes,
-                             per_job_cache),
-            cwd=self.work_dir,
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, cwd="/",
             start_new_session=True,  # Ctrl-C in the terminal reaches us, not the zygote mid-job
         )
         self._buffer = b""
@@ -252,6 +275,7 @@ class Zygote:
         if self.mounts and self.work_dir not in Path(job_dir).resolve().parents:
             raise SandboxError(f"job dir {job_dir} is outside the sandbox's work dir {self.work_dir}")
         job_dir.mkdir(parents=True, exist_ok=True)
+        hand_to(job_dir, self.user)
         held = JobDir(job_dir)  # opened before any job code runs: what the parent reads goes through it
         limits = self.limits or child_limits(compile_timeout_s, run_timeout_s)
         if file_size_bytes > limits.file_size_bytes:
@@ -276,9 +300,27 @@ class Zygote:
             held.close()
             raise SandboxError("the sandbox worker did not fork a child")
         session = JobSession(self, forked["pid"], held, started, compile_timeout_s, run_timeout_s, phases)
+        session.box = self._containment(forked.get("box"))
         session.kind = str(job.get("kind", "job"))
         progress.report(session.kind, session.phase)
         return session
+
+    def _containment(self, box: object) -> dict:
+        """The zygote's report of a job's box, with what only the parent knows: the sandbox mode
+        and the job's uid on the host. Isolated = bubblewrap's read-only, hidden filesystem, and a
+        box of its own for the job (confine.py) with nothing missing."""
+        held = dict(box) if isinstance(box, dict) else {"isolated": False, "why": "the worker reported no box"}
+        held["sandbox"] = self.mode
+        held["host_uid"] = self.user[0] if self.user else os.geteuid()
+        why = [str(held["why"])] if held.get("why") else []
+        if self.mode != "bubblewrap":
+            why.insert(0, "plain mode: no read-only filesystem or hidden workspace (bubblewrap)")
+        if held["host_uid"] == 0:
+            why.append("runs as root on the host")
+        held["isolated"] = not why
+        if why:
+            held["why"] = "; ".join(why)
+        return held
 
     @staticmethod
     def _outcome(exit_code: int | None, timed_out: bool, phase: str, started: float, held: JobDir,
@@ -376,6 +418,7 @@ class JobSession:
         self.timed_out = False
         self.outcome = ended
         self.kind = "job"  # the job's kind ('candidate', 'reference', ...), for progress reports
+        self.box: dict = {}
 
     @property
     def _job_pid(self) -> int:
@@ -484,6 +527,7 @@ class JobSession:
         result = None if self.timed_out else self.result
         self.outcome = self.zygote._outcome(self.exit_code, self.timed_out, self.phase, self.started, self.dir,
                                             self.notes, result)
+        self.outcome.box = self.box
         self.dir.close()
         return self.outcome
 
@@ -498,6 +542,19 @@ def _parse_job_line(line: object) -> dict | None:
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def open_log(path: Path) -> IO[bytes]:
+    """The zygote's log, opened for appending without following a link planted in its place."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise SandboxError(f"{path} can't be opened as the worker's log ({exc.strerror}): the workspace was "
+                           "tampered with; remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SandboxError(f"{path} is not a regular file: the workspace was tampered with; remove it")
+    return os.fdopen(fd, "ab")
 
 
 def new_job_dir(root: Path, prefix: str) -> Path:

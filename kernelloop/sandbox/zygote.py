@@ -49,6 +49,7 @@ import threading
 import time
 from pathlib import Path
 
+from kernelloop.sandbox import confine
 from kernelloop.sandbox.isolation import apply_child_limits
 
 PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
@@ -59,12 +60,16 @@ ORPHAN_ROUNDS = 64
 # The most a job waits for its standby's prepare(); the parent gives up on a fork after 60 s.
 READY_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 1 << 20  # one line from a job; a longer one is a flood, and the job is killed
+MAX_JOB_BYTES = 256 << 20  # all a job may send up its channel; past it the job is killed
+BOX_REPORT_TIMEOUT_S = 10.0  # the job's box is locked within milliseconds of the job reaching it
+JOB_WRITABLE_ENV = "KERNELLOOP_JOB_WRITABLE"  # dirs every job of this worker may write, beside its own job dir
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this child when the zygote dies, so no job outlives a killed orchestrator."""
+def _die_with_parent(parent_pid: int, own_pid_namespace: bool = False) -> None:
+    """SIGKILL this child when its parent dies, so no job outlives a killed orchestrator."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the zygote died before the line above took effect
+    # Its parent died before the line above took effect (pid 1 of a new namespace sees no parent: 0).
+    if os.getppid() != (0 if own_pid_namespace else parent_pid):
         os._exit(70)
 
 
@@ -94,11 +99,14 @@ def _inherited_pipes() -> list[int]:
     return found
 
 
-def _standby(job_fd: int, ready_fd: int, prepare, run_job, parent_pid: int, channel_fds: tuple[int, int]) -> None:
-    """In a standby child: prepare, say so on `ready_fd`, then wait for one job on `job_fd` and run
-    it (the job names the child's channel fds). Never returns."""
+def _standby(job_fd: int, ready_fd: int, prepare, run_job, parent_pid: int, channel_fds: tuple[int, int],
+             box_fd: int) -> None:
+    """In a standby child: its own namespaces (the job becomes their pid 1, see confine.py),
+    prepare, say so on `ready_fd`, then wait for one job on `job_fd`, lock the job's box down, say
+    what holds on `box_fd`, and run it (the job names the child's channel fds). Never returns."""
     try:
-        _detach(parent_pid, keep=(job_fd, ready_fd, *channel_fds))
+        _detach(parent_pid, keep=(job_fd, ready_fd, box_fd, *channel_fds))
+        boxed = _enter_box(box_fd, (job_fd, ready_fd, *channel_fds))
         if prepare is not None:
             try:
                 prepare()
@@ -111,9 +119,71 @@ def _standby(job_fd: int, ready_fd: int, prepare, run_job, parent_pid: int, chan
         with os.fdopen(job_fd, "rb") as pipe:
             line = pipe.readline()
         if line.strip():
-            _child(json.loads(line), run_job)
+            job = json.loads(line)
+            _lock(job, boxed, box_fd)
+            _child(job, run_job)
+    except BaseException:  # noqa: BLE001 - the standby itself failed: say why in the worker's log
+        import traceback
+
+        traceback.print_exc()
     finally:  # no job came (the zygote is closing), or the standby itself failed
         os._exit(70)
+
+
+def _enter_box(box_fd: int, held: tuple[int, ...]) -> str:
+    """New namespaces, then fork the job's process into them: this returns in that process (pid 1
+    there, with its own /proc and /tmp), while the standby waits for it and exits as it did.
+    Returns '' or why the job runs without namespaces of its own (then in the standby itself)."""
+    try:
+        confine.dumpable(True)  # its own uid_map is written through its /proc, which must be its uid's
+        confine.enter_job_namespaces()
+    except OSError as exc:
+        confine.dumpable(False)
+        return f"no namespaces of its own ({exc})"
+    standby_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _die_with_parent(standby_pid, own_pid_namespace=True)
+        try:
+            confine.enter_job_root()
+        except OSError as exc:
+            return f"no /proc or /tmp of its own ({exc})"
+        return ""
+    confine.dumpable(False)
+    _write_all(box_fd, (json.dumps({"job_pid": pid}) + "\n").encode())
+    # The job holds them now, and the zygote sees EOF when it ends. Named, not found through /proc:
+    # the standby shares the job's mounts, and the /proc there is the job's, without the standby.
+    for fd in (box_fd, *held):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # end as it ended, so the zygote reports the same signal
+        _lower_core_limit()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP can't be given a handler
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(code)
+
+
+def _lower_core_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _lock(job: dict, boxed: str, box_fd: int) -> None:
+    """Lock the job's box (confine.lock_down) and report it on `box_fd`, before any of its code runs.
+    A box that can't be built is reported as such; the job still runs (judged as not isolated)."""
+    report: dict = {"namespaces": boxed or "own", "ns": confine.namespace_ids()}
+    writable = [job["job_dir"], *[p for p in os.environ.get(JOB_WRITABLE_ENV, "").split(os.pathsep) if p]]
+    try:
+        report["writable_outside_job"] = confine.lock_down(writable, mounts=not boxed)
+    except OSError as exc:
+        report["error"] = str(exc)
+    _write_all(box_fd, (json.dumps(report) + "\n").encode())
+    os.close(box_fd)
 
 
 def _child(job: dict, run_job) -> None:
@@ -243,13 +313,14 @@ class _Standby:
         self.up_fd, up_write = os.pipe()
         down_read, self.down_fd = os.pipe()
         self._child_fds = (down_read, up_write)
+        self._box_fd, box_write = os.pipe()  # where the standby names the job's pid and the job its box
         zygote_pid = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:
-            for fd in (self._job_fd, self._ready_fd, self.up_fd, self.down_fd):
+            for fd in (self._job_fd, self._ready_fd, self.up_fd, self.down_fd, self._box_fd):
                 os.close(fd)
-            _standby(job_read, ready_write, prepare, run_job, zygote_pid, self._child_fds)
-        for fd in (job_read, ready_write, down_read, up_write):
+            _standby(job_read, ready_write, prepare, run_job, zygote_pid, self._child_fds, box_write)
+        for fd in (job_read, ready_write, down_read, up_write, box_write):
             os.close(fd)
         os.set_blocking(self.up_fd, False)
         os.set_blocking(self.down_fd, False)
@@ -266,12 +337,36 @@ class _Standby:
         if not handed:
             self._end()
             self.close_channel()
+            with contextlib.suppress(OSError):
+                os.close(self._box_fd)
         return handed
+
+    def box(self) -> dict:
+        """What holds for the job it was handed, once the job has locked its box (before any of the
+        job's code runs): the job's report of its namespaces, checked against the zygote's own, and
+        what the zygote reads of the job's process from outside (confine.measure)."""
+        reports: dict = {}
+        deadline = time.monotonic() + BOX_REPORT_TIMEOUT_S
+        buffer = b""
+        while "namespaces" not in reports and (left := deadline - time.monotonic()) > 0:
+            if not select.select([self._box_fd], [], [], left)[0]:
+                break
+            chunk = os.read(self._box_fd, 65536)
+            if not chunk:  # the job died before it reported: nothing of it ran
+                break
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                with contextlib.suppress(ValueError):
+                    reports.update(json.loads(line))
+        os.close(self._box_fd)
+        return _box_summary(reports, self.pid)
 
     def dismiss(self) -> None:
         """No job will come (the zygote is closing): end it and reap it."""
         os.close(self._ready_fd)
         os.close(self._job_fd)
+        os.close(self._box_fd)
         self._end()
         self.close_channel()
 
@@ -285,6 +380,40 @@ class _Standby:
         with contextlib.suppress(ProcessLookupError):  # not yet in its own group, or gone
             os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
+
+
+def _box_summary(reports: dict, standby_pid: int) -> dict:
+    """The containment in force for one job, from the reports on its box pipe and /proc."""
+    if "namespaces" not in reports:
+        return {"isolated": False, "why": "the job reported no box before it ended"}
+    job_pid = int(reports.get("job_pid") or standby_pid)
+    try:
+        held = confine.measure(job_pid)
+    except (OSError, KeyError, ValueError) as exc:
+        return {"isolated": False, "why": f"the job's process could not be read ({exc})"}
+    mine = confine.namespace_ids()
+    theirs = reports.get("ns") or {}
+    held["own_namespaces"] = sorted(k for k in ("user", "pid", "net", "ipc", "mnt") if theirs.get(k) and
+                                    theirs.get(k) != mine.get(k))
+    held["writable_outside_job"] = reports.get("writable_outside_job", [])
+    missing = [k for k in ("user", "pid", "net", "ipc", "mnt") if k not in held["own_namespaces"]]
+    why = []
+    if reports.get("error"):
+        why.append(str(reports["error"]))
+    if reports["namespaces"] != "own":
+        why.append(str(reports["namespaces"]))
+    elif missing:
+        why.append(f"shares the worker's {', '.join(missing)} namespace")
+    if int(held["capabilities"] or "0", 16):
+        why.append(f"holds capabilities {held['capabilities']}")
+    if not held["seccomp"] or not held["no_new_privs"]:
+        why.append("no seccomp filter" if not held["seccomp"] else "no no_new_privs")
+    if held["writable_outside_job"]:
+        why.append(f"can write {', '.join(held['writable_outside_job'][:3])}")
+    held["isolated"] = not why
+    if why:
+        held["why"] = "; ".join(why)
+    return held
 
 
 class _Relay:
@@ -430,8 +559,23 @@ class _Later:
                 os._exit(70)
 
 
+def _drop_to(user: str) -> None:
+    """Started as root (bubblewrap keeps root's uid where it makes no user namespace): become the
+    unprivileged uid:gid named, with no supplementary groups; the kernel clears every capability as
+    the uid leaves 0. Nothing of a job's, nor torch, has run yet."""
+    uid, _, gid = user.partition(":")
+    confine.uncover_proc()
+    os.setgroups([])
+    os.setresgid(int(gid or uid), int(gid or uid), int(gid or uid))
+    os.setresuid(int(uid), int(uid), int(uid))
+
+
 def main() -> None:
     started = time.perf_counter()
+    drop = [arg.split("=", 1)[1] for arg in sys.argv[2:] if arg.startswith("--drop-to=")]
+    if drop:
+        _drop_to(drop[0])
+    confine.dumpable(False)
     # The protocol gets its own copy of stdout; fd 1 then points at stderr so stray prints
     # from imported libraries can't corrupt it.
     protocol_fd = os.dup(1)
@@ -456,7 +600,7 @@ def main() -> None:
     lines = _Lines(sys.stdin.fileno())
     prepare = getattr(module, "prepare", None)
     # --no-standby: each job's child is forked (and prepared) only once the job has come.
-    ahead = "--no-standby" not in sys.argv[2:]
+    ahead = "--no-standby" not in sys.argv[2:]  # flags after MODULE: --no-standby, --drop-to=UID:GID
     standby = _Standby(prepare, module.run_job) if ahead else None
     if standby is not None:
         later.start()
@@ -472,8 +616,9 @@ def main() -> None:
             later.join()
             standby = _Standby(None, module.run_job)
             standby.take(job)
+        box = standby.box()
         pid, relay, standby = standby.pid, _Relay(standby, protocol), None
-        protocol.write(json.dumps({"pid": pid}) + "\n")
+        protocol.write(json.dumps({"pid": pid, "box": box}) + "\n")
         code = _wait_for_child(pid, lines, relay)
         if lines.closed:  # the parent is gone: nobody to tell
             return

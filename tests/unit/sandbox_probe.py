@@ -74,6 +74,8 @@ ACTIONS = {  # name -> f(argument, job)
     "env": lambda name, job: os.environ.get(name, "<unset>"),
     "read_job_path": lambda key, job: Path(job[key]).read_text(),  # a file the runner may have staged
     "write_job_path": lambda key, job: Path(job[key]).write_text("tampered") and "written",
+    "shell": lambda command, job: subprocess.run(["sh", "-c", command], capture_output=True, text=True,
+                                                 timeout=20).stdout[-2000:],
 }
 
 

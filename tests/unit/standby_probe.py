@@ -1,7 +1,8 @@
 """A sandbox job module with a `prepare()` hook, for tests/unit/test_standby.py (no torch: fast).
 
-prepare() notes when and in which process it ran; a `prepare_mode` file in the zygote's work dir
-(its cwd while the standby prepares) makes it crash the process instead. The job reports its
+prepare() notes when and in which process it ran, with a token no other process has; a
+`prepare_mode` file in the zygote's work dir (beside its cache dir, the jobs' HOME) makes it crash
+the process instead. The job reports its
 own pid and what prepare() left in this process.
 """
 
@@ -17,9 +18,10 @@ PREPARED: dict = {}
 
 
 def prepare() -> None:
-    if Path("prepare_mode").is_file() and Path("prepare_mode").read_text() == "crash":
+    mode = Path(os.environ["HOME"]).parent / "prepare_mode"
+    if mode.is_file() and mode.read_text() == "crash":
         os._exit(3)  # as a driver that brings the process down would
-    PREPARED.update(pid=os.getpid(), at=time.time())
+    PREPARED.update(pid=os.getpid(), at=time.time(), token=os.urandom(8).hex())
 
 
 def run_job(job: dict) -> int:

@@ -38,7 +38,8 @@ def test_the_child_is_prepared_before_its_job_arrives(work_dir):
     for result, sent in ((first, sent_at), (second, sent_again_at)):
         assert result["prepared"]["pid"] == result["pid"]  # prepared in the very process that ran the job
         assert result["prepared"]["at"] < sent  # ... and before the job was sent
-    assert first["pid"] != second["pid"]  # each job still gets a fresh process
+    # each job still gets a fresh process (each is pid 1 of a namespace of its own, so not told by pid)
+    assert first["prepared"]["token"] != second["prepared"]["token"]
 
 
 def test_a_prepare_that_crashes_leaves_the_job_to_an_unprepared_child(work_dir):

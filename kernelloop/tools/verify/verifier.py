@@ -381,6 +381,14 @@ class Verifier:
             verdict.feedback = _feedback(verdict.feedback or verdict.reason, outcome)
         verdict.warnings = [*made.warnings, *verdict.warnings, *self._interpreter_caveats(candidate, made, outcome)]
         verdict.isolation = self.zygote.mode
+        verdict.containment = outcome.box
+        if not outcome.box.get("isolated"):
+            verdict.warnings.append(f"not isolated: {outcome.box.get('why', 'no report of its box')}")
+            if self.strict:  # --strict judges nothing it could not contain
+                verdict = rejected(Code.not_isolated, "not judged: --strict, and the candidate's job was not "
+                                   f"isolated ({outcome.box.get('why', 'no report of its box')})",
+                                   device=self.device, isolation=self.zygote.mode, containment=outcome.box,
+                                   stdout_tail=verdict.stdout_tail, stderr_tail=verdict.stderr_tail)
         claims = outcome.result if isinstance(outcome.result, dict) else {}
         candidate_costs = claimed_seconds(claims.get("costs"), names=CHILD_COSTS)
         candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s
