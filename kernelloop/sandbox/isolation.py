@@ -237,17 +237,16 @@ def hand_to(path: Path, user: tuple[int, int] | None) -> None:
         os.lchown(path, uid, gid)
 
 
-def _closed_ways() -> list[Path]:
-    """Dirs on the way to the Python install that others may not pass (a root-only home holding
-    pyenv or a venv): hidden and the install bound back through open dirs, so the sandbox user
-    gets to it, and to nothing else there."""
-    closed = []
-    for path in _python_paths():
-        for way in reversed(path.parents):
-            if way != Path("/") and not os.stat(way).st_mode & 0o001:
-                closed.append(way)
-                break
-    return closed
+def _closed_ways(targets: Sequence[Path]) -> list[Path]:
+    """Dirs on the way to what the sandbox binds (the Python install, the work dir) that others may
+    not pass (a root-only home holding pyenv, a 0700 temp dir): each becomes a fresh tmpfs with the
+    binds made again through open dirs, so the sandbox user gets to them, and to nothing else there."""
+    closed = set()
+    for path in targets:
+        for way in Path(path).parents:
+            if way != Path("/") and way.is_dir() and not os.stat(way).st_mode & 0o001:
+                closed.add(way)
+    return sorted(closed, key=lambda p: len(p.parts))
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -281,12 +280,12 @@ def sandbox_mounts(work_dir: Path, device: str, hide: Sequence[Path] = (), writa
     hidden = [Path("/tmp"), Path.home()]
     # Unix sockets (a container runtime's, a session bus) stay reachable on a read-only mount.
     hidden += [Path(p) for p in ("/run", "/var/run") if not os.path.islink(p)]
-    hidden += _closed_ways()
+    python = list(dict.fromkeys(_python_paths()))
+    hidden += _closed_ways([*python, work_dir, *map(Path, writable), *map(Path, read_only), *map(Path, hide)])
     hidden = [p.resolve() for p in hidden if p.is_dir() and p.resolve() != Path("/")]
     mounts += [Mount("tmpfs", p) for p in dict.fromkeys(hidden)]
     # Never a hidden dir whole (a script run from /tmp puts /tmp on sys.path): that would undo the hiding.
-    mounts += [Mount("ro", p) for p in dict.fromkeys(_python_paths()) if any(_within(p, h) for h in hidden)
-               and p not in hidden]
+    mounts += [Mount("ro", p) for p in python if any(_within(p, h) for h in hidden) and p not in hidden]
     if device == "cuda":  # the driver's persistence daemon, when it runs
         mounts.append(Mount("ro", Path("/run/nvidia-persistenced"), optional=True))
     # Hidden last, so nothing bound back above reopens them; the work dir is bound back after.
@@ -307,14 +306,14 @@ def _with_ways_in(mounts: list[Mount]) -> list[Mount]:
     out: list[Mount] = []
     made: set[Path] = set()
     for mount in mounts:
-        if mount.kind == "tmpfs":
-            made = {d for d in made if not _within(d, mount.path)} | {mount.path}
-        elif mount.kind in ("ro", "rw", "dev-bind"):
+        if mount.kind in ("ro", "rw", "dev-bind", "tmpfs"):
             covering = [m.path for m in out if m.kind == "tmpfs" and _within(mount.path, m.path)]
             if covering:
                 ways = [a for a in reversed(mount.path.parents) if _within(a, covering[-1]) and a not in made]
                 out += [Mount("dir", a) for a in ways]
                 made.update(ways)
+            if mount.kind == "tmpfs":  # what was made under it is gone
+                made = {d for d in made if not _within(d, mount.path)}
             made.add(mount.path)
         out.append(mount)
     return out
