@@ -111,7 +111,8 @@ box = []
 thread = threading.Thread(target=lambda: box.append(1)); thread.start(); thread.join()
 result['thread'] = box
 result['subprocess'] = subprocess.run(['true']).returncode
-result['seccomp_in_child'] = subprocess.run(['grep', '^Seccomp:', '/proc/self/status'], capture_output=True, text=True).stdout.split()[1]
+grep = subprocess.run(['grep', '^Seccomp:', '/proc/self/status'], capture_output=True, text=True)
+result['seccomp_in_child'] = grep.stdout.split()[1]
 """)
     for name in ("unshare", "setns", "mount", "ptrace", "bpf", "process_vm_writev", "perf_event_open", "keyctl",
                  "io_uring_setup", "pivot_root", "clone_newuser"):
