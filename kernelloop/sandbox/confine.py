@@ -46,6 +46,7 @@ MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 0x400, 0x800, 0x200000,
 MOUNT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
 MNT_DETACH = 2
+SHM_BYTES = 1 << 30  # each job's own /dev/shm
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 47, 4
 # What bubblewrap covers read-only in a /proc it mounts: the host's sysctls, sysrq, IRQs, buses.
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
@@ -90,8 +91,8 @@ def enter_job_root() -> None:
             _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # A /dev/shm of its own. Not /tmp: a workspace may lie under it; the job's /tmp is made read-only
     # with the rest (lock_down), and its TMPDIR is its own scratch dir.
-    if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    if os.path.isdir("/dev/shm"):  # sized: a job can't fill the host's memory through it
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={SHM_BYTES}")
 
 
 def uncover_proc() -> None:

@@ -173,14 +173,20 @@ def choose_mode(explicit: str | None = None) -> tuple[Mode, str]:
 class Mount:
     """One bubblewrap mount, applied in order: a later mount over a path wins."""
 
-    kind: Literal["ro", "rw", "dev-bind", "dev", "tmpfs", "proc", "dir"]
+    kind: Literal["ro", "rw", "dev-bind", "dev", "tmpfs", "proc", "dir", "mask"]
     path: Path
     optional: bool = False  # bind only when the source exists (bwrap's *-try)
 
     def argv(self) -> list[str]:
         target = str(self.path)
+        if self.kind == "tmpfs" and self.path == Path("/tmp"):
+            # Sticky and open to all, as /tmp is: the worker, an unprivileged uid when we run as root,
+            # writes its temporary files there (each job sees it read-only, confine.lock_down).
+            return ["--perms", "1777", "--tmpfs", target]
         if self.kind in ("tmpfs", "proc", "dev"):  # fresh filesystems: a tmpfs, the namespace's procfs, a minimal /dev
             return [f"--{self.kind}", target]
+        if self.kind == "mask":  # an empty file over one that holds settings (an API key in a .env)
+            return ["--ro-bind", "/dev/null", target]
         if self.kind == "dir":  # a dir on the way to a bind, traversable by the sandbox user (bwrap's default is 0700)
             return ["--perms", "0755", "--dir", target]
         flag = {"ro": "--ro-bind", "rw": "--bind", "dev-bind": "--dev-bind"}[self.kind]
@@ -297,7 +303,17 @@ def sandbox_mounts(work_dir: Path, device: str, hide: Sequence[Path] = (), writa
     # never rewritable by a job.
     mounts.append(Mount("ro", work_dir / INPUTS_DIR))
     mounts += [Mount("ro", Path(p).resolve()) for p in read_only]
+    mounts += [Mount("mask", p) for p in settings_files(python) if visible(p, mounts)]
     return _with_ways_in(mounts)
+
+
+def settings_files(python: Sequence[Path]) -> list[Path]:
+    """Files the settings may be read from (a .env or kernelloop.toml, where an API key is put) in
+    the working dir and the dirs on the import path: masked in the sandbox, which shows the rest."""
+    from kernelloop.sandbox.redact import SETTINGS_FILES
+
+    dirs = dict.fromkeys([Path.cwd().resolve(), *python])
+    return [d / name for d in dirs for name in SETTINGS_FILES if (d / name).is_file() and not (d / name).is_symlink()]
 
 
 def _with_ways_in(mounts: list[Mount]) -> list[Mount]:

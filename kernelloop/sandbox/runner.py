@@ -42,6 +42,7 @@ from kernelloop.sandbox.isolation import (
     sandbox_user,
     visible,
 )
+from kernelloop.sandbox.redact import redact, secret_looking
 from kernelloop.sandbox.safe_io import JobDir, read_tail
 from kernelloop.sandbox.zygote import JOB_WRITABLE_ENV
 
@@ -59,7 +60,6 @@ ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH",
                  "VIRTUAL_ENV", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED",
                  "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                  PRELOAD_ENV, "KERNELLOOP_PROFILE_JOBS")
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
 OUTPUT_TAIL_BYTES = 4000
 PHASE_POLL_S = 0.05
 KILL_WAIT_S = 30.0  # after a kill, how long the zygote has to report the exit before the sandbox goes
@@ -100,7 +100,7 @@ def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None, pre
     is read from `bytecode_dir` where one is given (PYTHONPYCACHEPREFIX), and written there only
     with `bytecode_writes` (trusted workers); never written anywhere else."""
     env = {k: v for k, v in os.environ.items()
-           if k in ENV_ALLOWLIST and not any(marker in k.upper() for marker in SECRET_MARKERS)}
+           if k in ENV_ALLOWLIST and not secret_looking(k)}
     package_root = str(Path(kernelloop.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     env.update(cache_env(cache_dir))
@@ -326,8 +326,8 @@ class Zygote:
     def _outcome(exit_code: int | None, timed_out: bool, phase: str, started: float, held: JobDir,
                  notes: list[str], result: dict | None = None) -> JobOutcome:
         return JobOutcome(exit_code=exit_code, timed_out=timed_out, phase=phase, elapsed_s=time.monotonic() - started,
-                          result=result, stdout_tail=held.read_tail("stdout.txt", OUTPUT_TAIL_BYTES),
-                          stderr_tail=held.read_tail("stderr.txt", OUTPUT_TAIL_BYTES), job_dir=held.path,
+                          result=result, stdout_tail=redact(held.read_tail("stdout.txt", OUTPUT_TAIL_BYTES)),
+                          stderr_tail=redact(held.read_tail("stderr.txt", OUTPUT_TAIL_BYTES)), job_dir=held.path,
                           notes=notes, ended_at=time.time())
 
     def _send(self, message: dict) -> None:
@@ -563,4 +563,14 @@ def new_job_dir(root: Path, prefix: str) -> Path:
 
 
 def remove_job_dir(job_dir: Path) -> None:
-    shutil.rmtree(job_dir, ignore_errors=True)
+    """Remove a job's dir whatever the job left in it: coreutils' rm walks a tree of any depth
+    without recursion (shutil.rmtree recurses per level, and a job's 5000-deep chain of dirs made it
+    raise RecursionError out of verify()); never an error, never across a mount."""
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(job_dir)], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if os.path.lexists(job_dir):
+        with contextlib.suppress(Exception):  # noqa: BLE001 - cleaning up must never cost the verdict
+            shutil.rmtree(job_dir, ignore_errors=True)

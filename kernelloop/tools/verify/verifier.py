@@ -27,6 +27,7 @@ import torch
 from kernelloop.errors import error_line
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import STATUS_OF, Code, InputSet, Status, TimingStats, Verdict, code_of, rejected
+from kernelloop.sandbox import redact
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.timing import speedup_from_rounds
@@ -381,6 +382,8 @@ class Verifier:
             verdict.feedback = _feedback(verdict.feedback or verdict.reason, outcome)
         verdict.warnings = [*made.warnings, *verdict.warnings, *self._interpreter_caveats(candidate, made, outcome)]
         verdict.isolation = self.zygote.mode
+        secrets = redact.secrets()  # a backstop: nothing the parent holds secret in text the job wrote
+        verdict.reason, verdict.feedback = redact.redact(verdict.reason, secrets), redact.redact(verdict.feedback, secrets)
         verdict.containment = outcome.box
         if not outcome.box.get("isolated"):
             verdict.warnings.append(f"not isolated: {outcome.box.get('why', 'no report of its box')}")
