@@ -6,8 +6,10 @@ import ast
 
 import pytest
 
+from kernelloop.results import Status
 from kernelloop.tools.verify.bindings import Bindings
 from kernelloop.tools.verify.static_check import first_violation
+from tests.unit.test_adversarial import FIXTURES, parse_header
 
 H = 'import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n'
 EXT = "ext = load_inline('m', cpp_sources='int f();', functions=['f'])\n"
@@ -246,3 +248,25 @@ def test_imported_path_needs_every_binding_to_be_that_import():
     paths = [bindings.imported_path(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
              and isinstance(n.ctx, ast.Load) and n.attr in ("f", "g")]
     assert sorted(map(str, paths)) == ["None", "torch.nn.init.f", "torch.nn.init.g"]
+
+
+# The lint alone, on the adversarial corpus (fast, so every CPU run checks it, CUDA fixtures included).
+LINT_REASONS = ("forbidden import", "forbidden call", "monkeypatch", "try/except", "reference model", "stream or thread")
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "honest").glob("*.py")), ids=lambda path: path.stem)
+def test_every_honest_control_passes_the_lint(path):
+    assert first_violation(path.read_text()) is None
+
+
+def _linted_cheats() -> list:
+    """Cheats whose promised verdict is a static rule's."""
+    return [path for path in sorted((FIXTURES / "cheats").glob("*.py"))
+            if parse_header(path).expect is Status.rejected
+            and all(reason in LINT_REASONS for reason in parse_header(path).reasons)]
+
+
+@pytest.mark.parametrize("path", _linted_cheats(), ids=lambda path: path.stem)
+def test_the_lint_alone_gives_each_linted_cheat_its_reason(path):
+    reason = first_violation(path.read_text())
+    assert reason is not None and reason.startswith(parse_header(path).reasons), reason
