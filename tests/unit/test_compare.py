@@ -355,3 +355,12 @@ def test_the_trusted_job_finds_round_off_by_running_the_model_in_float64():
     assert list(found) == [0] and found[0] > 0.1
     assert roundoff_errors(lambda: None, [x], outputs, {}) == {}  # no float64 model: the usual checks
 
+
+def test_declared_precision_turns_tf32_off_and_restores_the_flags():
+    from kernelloop.tools.verify._runtime import declared_precision
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    with pytest.raises(RuntimeError), declared_precision():
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        raise RuntimeError("a reference that fails still leaves the flags as they were")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before

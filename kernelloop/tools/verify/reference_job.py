@@ -32,7 +32,15 @@ import torch
 
 from kernelloop.problem import import_source
 from kernelloop.sandbox.channel import Channel
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
+from kernelloop.tools.verify._runtime import (
+    INIT_SEED,
+    OpRecorder,
+    declared_precision,
+    make_inputs,
+    seed_all,
+    synchronize,
+    to_device,
+)
 from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs, tolerance_for
 from kernelloop.tools.verify.tensor_files import save_sets
 
@@ -144,7 +152,8 @@ class ReferenceJob:
         sets = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
         outputs = []
         rng = _rng_state(self.device)  # the state set 0's forward runs with (dropout), for the float64 rerun
-        with torch.no_grad():
+        # at the declared precision (TF32 off); the baselines, timed later, run with PyTorch's defaults
+        with torch.no_grad(), declared_precision():
             for inputs in sets:
                 if self.ops is None:
                     recorder = OpRecorder()
