@@ -846,15 +846,21 @@ CHECKS: tuple[tuple[Code, Callable[[ast.Module], str | None]], ...] = (
 )
 
 
+TOO_DEEP = ("forbidden call: the module nests expressions too deeply to check (a chain of hundreds of operators, "
+            "or brackets inside brackets); split them into steps")
+
+
 def iter_violations(source: str) -> Iterator[tuple[Code, str]]:
     tree = source_ast.parse(source)
-    for code, check in CHECKS:
-        reason = check(tree)
+    checks = [*CHECKS, (Code.forbidden_call, lambda parsed: check_strings(parsed, source))]
+    for code, check in checks:
+        try:
+            reason = check(tree)
+        except RecursionError:  # the checks recurse over the tree: a rejection, never a crash of the verifier
+            yield Code.forbidden_call, TOO_DEEP
+            return
         if reason:
             yield code, reason
-    reason = check_strings(tree, source)
-    if reason:
-        yield Code.forbidden_call, reason
 
 
 def first_broken_rule(source: str) -> tuple[Code, str] | None:
