@@ -423,6 +423,9 @@ class Verdict(Record):
     # and where not, `why`; the job's uid on the host, capabilities, seccomp, its own namespaces.
     containment: dict[str, Any] = field(default_factory=dict)
     speed_source: str = ""  # where `speedup` comes from: "events (confirmed by the parent's clock)" or "parent clock"
+    # outputs whose reference is zero or its own round-off (compare.py): judged by the absolute tolerance
+    # only, so a kernel of zeros is as right; such a verdict is never a win
+    degenerate_outputs: list[int] = field(default_factory=list)
 
     _records: ClassVar[dict[str, type[Record]]] = {"gpu": GpuState, "localisation": Localisation}
     _record_maps: ClassVar[dict[str, type[Record]]] = {"timings": TimingStats}

@@ -15,5 +15,10 @@ _LOCK = threading.Lock()
 
 
 def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """The module's AST; a SyntaxError (as every caller handles) where it nests too deep to build."""
     with _LOCK:
-        return ast.parse(source, filename=filename)
+        try:
+            return ast.parse(source, filename=filename)
+        except RecursionError:  # thousands of operators in one chain: CPython's AST constructor gives up
+            raise SyntaxError("expressions nested too deeply to parse (a chain of thousands of operators?); "
+                              "split them into steps", (filename, 1, 1, None)) from None

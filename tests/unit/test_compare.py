@@ -1,5 +1,6 @@
 """The comparison rules on hand-made tensors."""
 
+import copy
 import math
 
 import pytest
@@ -303,3 +304,63 @@ def test_booleans_are_exact():
 def test_a_sparse_output_is_rejected_not_raised():
     ref = torch.randn(4, 4)
     assert compare_outputs([ref.to_sparse()], [ref]).reason.startswith("layout")
+
+
+def _roundoff_reference(n: int = 4096) -> torch.Tensor:
+    """An output that is zero up to float32 round-off, like KernelBench level 2 #41's (a mean over a GroupNorm)."""
+    torch.manual_seed(0)
+    x = torch.randn(n, 1024)
+    return torch.relu(torch.nn.functional.group_norm(x, 8).mean(dim=1))
+
+
+def test_a_round_off_reference_is_judged_by_the_absolute_tolerance_and_marked():
+    ref = _roundoff_reference()
+    assert 0 < float(ref.abs().max()) < 1e-6
+    off = ref + 2e-7 * torch.rand_like(ref)  # an honest kernel with its own round-off
+    assert not compare_outputs([off], [ref]).ok  # ||off - ref|| / ||ref|| is noise over noise
+    judged = compare_outputs([off], [ref], round_off={0})
+    assert judged.ok and judged.degenerate == (0,)
+    zeros = compare_outputs([torch.zeros_like(ref)], [ref], round_off={0})
+    assert zeros.ok and zeros.degenerate == (0,)  # right, and marked: no win
+    assert not compare_outputs([ref + 0.1], [ref], round_off={0}).ok  # the absolute bound still holds
+
+
+def test_a_zero_reference_is_degenerate_and_a_near_zero_one_is_not():
+    ref = torch.zeros(100)
+    judged = compare_outputs([1e-9 * torch.randn(100)], [ref])
+    assert judged.ok and judged.degenerate == (0,)
+    assert not compare_outputs([torch.full((100,), 0.5)], [ref]).ok
+    near = torch.randn(1000) * 1e-8  # meaningful though tiny: not round-off, so zeros still fail
+    assert not compare_outputs([torch.zeros(1000)], [near]).ok
+    assert compare_outputs([near.clone()], [near]).degenerate == ()
+
+
+def test_the_trusted_job_finds_round_off_by_running_the_model_in_float64():
+    from kernelloop.tools.verify.reference_job import roundoff_errors
+
+    class GroupNormMean(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.GroupNorm(8, 1024)
+
+        def forward(self, x):
+            return torch.relu(self.norm(x).mean(dim=1)), x * 1e-8, x.sum(dim=1)
+
+    torch.manual_seed(1)
+    model, x = GroupNormMean(), torch.randn(256, 1024)
+    with torch.no_grad():
+        outputs = list(model(x))
+        found = roundoff_errors(lambda: copy.deepcopy(model).double(), [x], outputs, {})
+    # output 0 is round-off (error ~ its norm); 1 is tiny but exact; 2 is not small at all
+    assert list(found) == [0] and found[0] > 0.1
+    assert roundoff_errors(lambda: None, [x], outputs, {}) == {}  # no float64 model: the usual checks
+
+
+def test_declared_precision_turns_tf32_off_and_restores_the_flags():
+    from kernelloop.tools.verify._runtime import declared_precision
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    with pytest.raises(RuntimeError), declared_precision():
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        raise RuntimeError("a reference that fails still leaves the flags as they were")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before

@@ -2,6 +2,7 @@
 
 import pytest
 
+from kernelloop.problem import Candidate
 from kernelloop.tools.verify.static_check import first_violation
 
 HONEST = '''
@@ -261,3 +262,12 @@ def test_a_module_attribute_as_a_comprehension_target_is_a_monkeypatch_not_a_cra
     """`[0 for torch.y in ...]` writes torch.y; an ast.comprehension has no line of its own."""
     reason = first_violation("import torch\nx = [0 for torch.y in range(3)]\n")
     assert reason is not None and reason.startswith("monkeypatch: assignment to torch.y at line 2"), reason
+
+
+def test_a_module_too_deep_to_check_is_rejected_not_a_crash():
+    """A sum of thousands of terms is an AST thousands of levels deep: the checks' recursion ends in
+    a one-line rejection, not a RecursionError out of the verifier."""
+    reason = first_violation("import torch\nx = " + " + ".join(["1"] * 1000) + "\n")
+    assert reason is not None and reason.startswith("forbidden call: the module nests expressions too deeply")
+    deeper = Candidate(source="import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\nx = " + " + ".join(["1"] * 50000))
+    assert deeper.syntax_problem() is not None  # too deep for the AST itself: a syntax verdict

@@ -7,6 +7,8 @@ different processes; this module holds only code with no say in a verdict by its
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -39,6 +41,22 @@ class OpRecorder(TorchDispatchMode):
 
     def compute_ops(self) -> list[str]:
         return sorted(op for op in self.ops if op.rstrip("_") not in NON_COMPUTE_OPS and op not in NON_COMPUTE_OPS)
+
+
+@contextmanager
+def declared_precision() -> Iterator[None]:
+    """Float32 computed in float32: TF32 off for cuBLAS matmuls and cuDNN convolutions while the
+    block runs, then both flags as they were. The trusted job computes the reference outputs, by
+    which correctness is judged, under it: by default PyTorch lets cuDNN convolve float32 in TF32
+    (a 10-bit mantissa, relative error ~1e-3 on a large reduction: the whole float32 `rel` bound),
+    and a problem may switch matmuls to TF32 too. The baselines are timed outside it, as PyTorch
+    runs them by default (what a candidate is measured against is what a user would get)."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
 def seed_all(seed: int) -> None:

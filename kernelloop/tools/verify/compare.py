@@ -14,12 +14,21 @@ A candidate output passes when, for every output tensor,
     and of (out - ref) / |ref| (an offset), each element's clipped to +-max(rtol, median_rel), are
     within +-bias plus 3 standard errors (rounding errors average out, a systematic error does not).
 Complex outputs are compared as (real, imag) pairs with the tolerance of their real dtype.
+
+A degenerate reference is judged by the elementwise bounds alone: one whose norm is zero, or one the
+trusted job found to be its own round-off (every element within atol of zero, and its error against
+the same model run in float64 over DEGENERATE_FRACTION of rel: reference_job.roundoff_errors). There
+||out - ref|| / ||ref|| measures noise against noise (KernelBench level 2 #41, a mean over a
+GroupNorm, is zero up to round-off: a kernel off by 2e-7 "failed" it), and the relative checks
+after it mean nothing either. Such a comparison says so (`degenerate`), and so does the verdict:
+a kernel returning zeros passes it too, so it is no win.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +69,10 @@ EXACT = {"atol": 0.0, "rtol": 0.0, "rel": 0.0, "median_rel": 0.0, "bias": 0.0}
 # elements so small that an honest absolute error becomes a large relative one.
 FLOOR_FRACTION = 0.25
 SAMPLE_ELEMENTS = 1 << 16  # the median magnitude of a larger reference: from this many random elements
+# A reference is its own round-off when its error against float64, relative to its norm, is over
+# this fraction of rel: an exact kernel would be off by that much, one with float32 round-off of
+# its own (independent of the reference's) by up to about twice as much, and rel must leave room.
+DEGENERATE_FRACTION = 0.25
 
 
 @dataclass
@@ -71,6 +84,7 @@ class Comparison:
     bias: float = 0.0  # the larger mean signed relative error (scale or offset) over the significant elements
     code: Code = Code.correct  # which check failed (Code.wrong_type, nonfinite, mismatch, off_on_most, biased)
     output: int = 0  # the output it failed on
+    degenerate: tuple[int, ...] = ()  # outputs whose reference is zero or round-off: judged elementwise only
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -89,9 +103,10 @@ def tolerance_for(dtype: torch.dtype, overrides: dict | None = None) -> dict[str
 
 
 def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dict | None = None,
-                device: torch.device | str | None = None) -> Comparison:
+                device: torch.device | str | None = None, round_off: bool = False) -> Comparison:
     """Judge one output. The arithmetic runs on `device` (default: where the reference lives), so a
-    trusted process holding the reference on a GPU compares there, whatever device `out` is on."""
+    trusted process holding the reference on a GPU compares there, whatever device `out` is on.
+    `round_off`: the trusted job found this reference to be its own round-off (module docstring)."""
     where = f"output {index}"
     if type(out) is not torch.Tensor:
         return Comparison(False, f"tensor subclass: {where} is a {type(out).__name__}, not a plain torch.Tensor",
@@ -134,8 +149,10 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
                           code=Code.nonfinite, output=index)
     diff_norm, ref_norm = stats.diff_norm, stats.ref_norm
     rel = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+    # zeros, or round-off (in a floating dtype: an integer output is compared exactly anyway)
+    degenerate = stats.relative and (round_off or ref_norm == 0)
     # `not x <= bound` throughout: a NaN statistic fails instead of passing
-    if not (stats.elementwise_ok and rel <= tol["rel"]):
+    if not (stats.elementwise_ok and (degenerate or rel <= tol["rel"])):
         worst = stats.worst_index(flat_out, flat_ref, chunk)
         return Comparison(
             False,
@@ -144,8 +161,10 @@ def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dic
             f"worst at {at(worst)}: got {float(flat_out[worst]):.6g}, expected {float(flat_ref[worst]):.6g}",
             stats.max_abs, rel, code=Code.mismatch, output=index,
         )
+    if degenerate:
+        return Comparison(True, "", stats.max_abs, rel, degenerate=(index,))
     significant = stats.significant
-    if significant == 0:  # an exact dtype, or a reference of zeros: the checks above said it all
+    if significant == 0:  # an exact dtype: the checks above said it all
         return Comparison(True, "", stats.max_abs, rel)
     scale, offset = stats.scale_sum / significant, stats.offset_sum / significant
     bias = max(scale, offset, key=abs)
@@ -319,19 +338,20 @@ def _norm(values: torch.Tensor) -> float:
 
 
 def compare_outputs(outs: list, refs: list, overrides: dict | None = None,
-                    device: torch.device | str | None = None) -> Comparison:
+                    device: torch.device | str | None = None, round_off: Collection[int] = ()) -> Comparison:
     """Compare a forward's outputs (flattened to a list) with the reference's; the worst error wins.
-    `device`: where the arithmetic runs (default: where each reference lives)."""
+    `device`: where the arithmetic runs (default: where each reference lives). `round_off`: the
+    outputs whose reference the trusted job found to be round-off (Made.round_off)."""
     if len(outs) != len(refs):
         return Comparison(False, f"shape: the candidate returned {len(outs)} outputs, the reference {len(refs)}",
                           code=Code.wrong_type)
     worst = Comparison(True)
     for index, (out, ref) in enumerate(zip(outs, refs)):
-        result = compare_one(out, ref, index, overrides, device)
+        result = compare_one(out, ref, index, overrides, device, index in round_off)
         if not result.ok:
             return result
         worst = Comparison(True, "", max(worst.max_abs_err, result.max_abs_err), max(worst.rel_err, result.rel_err),
-                           max(worst.bias, result.bias, key=abs))
+                           max(worst.bias, result.bias, key=abs), degenerate=worst.degenerate + result.degenerate)
     return worst
 
 

@@ -22,7 +22,9 @@ verdict is decided from (docs/architecture.md, "The verifier and its trust bound
 
 from __future__ import annotations
 
+import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,16 @@ import torch
 
 from kernelloop.problem import import_source
 from kernelloop.sandbox.channel import Channel
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
-from kernelloop.tools.verify.compare import flatten_outputs
+from kernelloop.tools.verify._runtime import (
+    INIT_SEED,
+    OpRecorder,
+    declared_precision,
+    make_inputs,
+    seed_all,
+    synchronize,
+    to_device,
+)
+from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs, tolerance_for
 from kernelloop.tools.verify.tensor_files import save_sets
 
 
@@ -50,6 +60,56 @@ def degenerate_output_warnings(outputs: list) -> list[str]:
     return warnings
 
 
+def roundoff_errors(make_double: Callable[[], Any], inputs: list, outputs: list, tolerance: dict,
+                    rng: dict | None = None) -> dict[int, float]:
+    """The outputs that are their own round-off: index -> the reference's error against the same
+    model run in float64 on the same inputs, relative to its norm, where that is over
+    DEGENERATE_FRACTION of rel (an exact kernel could not pass the norm-relative check). Only
+    outputs whose every element is within atol of zero are looked at (elsewhere a kernel of zeros
+    fails the elementwise check anyway), so most problems never pay for the float64 run.
+    `make_double`: builds the float64 model (None where it can't be); `rng`: the random
+    state the reference ran with, restored for the float64 run (dropout draws the same), and the
+    caller's state is left as it was."""
+    small = []
+    for index, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.dtype == torch.float64 or not out.numel():
+            continue
+        tol = tolerance_for(out.dtype, tolerance)
+        if float(out.detach().abs().amax()) <= tol["atol"] and float(torch.linalg.vector_norm(out.double())) > 0:
+            small.append(index)
+    if not small:
+        return {}
+    double = make_double()
+    if double is None:
+        return {}
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        if rng is not None:
+            torch.set_rng_state(rng["cpu"])
+            if rng.get("cuda") is not None and devices:
+                torch.cuda.set_rng_state(rng["cuda"])
+        as_double = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in inputs]
+        try:
+            exact = flatten_outputs(double(*as_double))
+        except Exception:  # noqa: BLE001 - a model that can't run in float64: no round-off estimate, the usual checks
+            return {}
+    found = {}
+    for index in small:
+        ref = outputs[index].detach().double()
+        high = exact[index] if index < len(exact) else None
+        if not isinstance(high, torch.Tensor) or high.shape != ref.shape:
+            continue
+        own = float(torch.linalg.vector_norm(ref - high.to(ref.device, torch.float64)) / torch.linalg.vector_norm(ref))
+        if own > DEGENERATE_FRACTION * tolerance_for(outputs[index].dtype, tolerance)["rel"]:
+            found[index] = own
+    return found
+
+
+def _rng_state(device: str) -> dict:
+    return {"cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state() if device.startswith("cuda") and torch.cuda.is_available() else None}
+
+
 class ReferenceJob:
     """The problem's Model, its inputs for any seed, and its baselines."""
 
@@ -61,6 +121,8 @@ class ReferenceJob:
         self.model = self.problem.Model(*self.init_inputs).to(self.device)
         self.ops: list[str] | None = None
         self.full_baselines = bool(job.get("full_baselines"))
+        self.tolerance = dict(getattr(self.problem, "TOLERANCE", None) or {})
+        self._double: Any = None  # the model in float64, for round-off estimates (False: it can't be made)
         self._timing: Any = None  # the baselines' Rounds, once set up
         self.sets: list[list] = []
         self.last_sets: list[list] = []  # the input sets of the last `make`: the ones a candidate is timed on
@@ -89,7 +151,9 @@ class ReferenceJob:
                 self.sets[index] = []
         sets = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
         outputs = []
-        with torch.no_grad():
+        rng = _rng_state(self.device)  # the state set 0's forward runs with (dropout), for the float64 rerun
+        # at the declared precision (TF32 off); the baselines, timed later, run with PyTorch's defaults
+        with torch.no_grad(), declared_precision():
             for inputs in sets:
                 if self.ops is None:
                     recorder = OpRecorder()
@@ -105,7 +169,19 @@ class ReferenceJob:
         self.last_sets = sets
         save_sets(request["inputs_path"], sets, {"init_inputs": self.init_inputs})
         save_sets(request["outputs_path"], outputs)
-        return {"sets": len(sets), "ops": self.ops, "warnings": degenerate_output_warnings(outputs[0])}
+        with torch.no_grad():
+            round_off = roundoff_errors(self.double_model, to_device(sets[0], self.device), outputs[0], self.tolerance, rng)
+        return {"sets": len(sets), "ops": self.ops, "warnings": degenerate_output_warnings(outputs[0]),
+                "round_off": sorted(round_off.items())}
+
+    def double_model(self) -> Any:
+        """A float64 copy of the model (built once; None where it can't be)."""
+        if self._double is None:
+            try:
+                self._double = copy.deepcopy(self.model).to(torch.float64)
+            except Exception:  # noqa: BLE001 - a model that can't be copied or cast: no round-off estimate
+                self._double = False
+        return self._double or None
 
     def sizes(self) -> dict[str, int | None]:
         """Bytes of one input set and of its output, from a run on the meta device (shapes only,

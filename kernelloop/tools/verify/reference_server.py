@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,6 +35,7 @@ class Made:
     outputs: list[list]
     ops: list[str]
     warnings: list[str]
+    round_off: dict[int, float] = field(default_factory=dict)  # output -> its own error against float64 (degenerate)
 
 
 CLOSE_WAIT_S = 1.0
@@ -122,7 +123,8 @@ class ReferenceServer:
             outputs_path.unlink(missing_ok=True)
         self.ops = list(answer.get("ops") or self.ops)
         self.warnings = list(answer.get("warnings") or [])
-        return Made(inputs_path, outputs, self.ops, self.warnings)
+        round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
+        return Made(inputs_path, outputs, self.ops, self.warnings, round_off)
 
     def timed(self, kind: str, request: dict) -> tuple[dict, float]:
         """Ask, and return the answer with the parent's own clock (ms) around it."""

@@ -9,6 +9,13 @@ These rules are a cheap early lint with clear reasons, not the security boundary
 is): they close the obvious ways round themselves (a module re-exported by an allowed package,
 an attribute named by a string, a frame walk, an alias of torch, C++ text held in a variable)
 and leave the rest to the process the candidate runs in.
+
+A rule judges what a name refers to, not how it is spelled (bindings.py): `input(...)` is the
+builtin only where nothing in an enclosing scope binds `input` (`def forward(self, input)` is
+PyTorch's own idiom); `custom_op` is torch's only where an import or a module's attribute put it
+there, not a variable holding the candidate's load_inline module; `self.src` is the candidate's
+own where its class stores it and its methods can only run on an instance. Imports, attributes
+of anything else and names that may be the builtin keep the strict, spelled rules.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import cast
 
 from kernelloop import source_ast
 from kernelloop.results import Code
+from kernelloop.tools.verify.bindings import Bindings, Instances
 
 # Modules a kernel may import. Anything else (os, sys, subprocess, socket, ctypes, threading,
 # importlib, pickle, ...) can reach the process, the network or the checker.
@@ -81,6 +89,13 @@ OVERRIDE_NAMES = frozenset({
     "py_kernels", "overrides", "TorchFunctionMode", "TorchDispatchMode", "BaseTorchFunctionMode",
     "_python_dispatch", "__torch_function__", "__torch_dispatch__",
 })
+# Private torch helpers a candidate may call, by the path its imports give them (never a parameter or
+# a variable spelled the same): each is pure arithmetic on a tensor's shape, what nn.Linear and
+# nn.Conv2d's own reset_parameters call, and reaches nothing else.
+PRIVATE_ALLOWED = {
+    "torch.nn.init._calculate_fan_in_and_fan_out": "fan in/out from tensor.dim() and tensor.size(): nn.Linear's init",
+    "torch.nn.init._calculate_correct_fan": "picks fan in or fan out by mode: what kaiming_uniform_ calls",
+}
 # The only dunder a candidate needs is super().__init__().
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
 # Dunder methods a candidate may define (a launcher class with __call__, a config's __repr__ ...).
@@ -90,7 +105,7 @@ ALLOWED_DUNDER_DEFS = frozenset({"__init__", "__post_init__", "__repr__", "__str
 EXCEPTION_DUNDERS = frozenset({"__exit__", "__aexit__"})
 STREAM_NAMES = frozenset({"Stream", "stream", "set_stream", "ExternalStream", "StreamContext", "Event",
                           "Thread", "ThreadPoolExecutor"})
-# Tokens in C++/CUDA source (load_inline) that leave the kernel's business. Every string in the
+# Tokens in C++/CUDA source (load_inline) that leave the kernel's business (the OS, or Python itself). Every string in the
 # module is scanned, and every string the module builds from its constants (+, f-strings, format,
 # join, %), since a candidate's only legitimate C++ text is kernel source. English words
 # (system, open, kill, ...) count only as calls or function pointers; the others count anywhere.
@@ -102,6 +117,9 @@ FORBIDDEN_NATIVE = re.compile(
     rf"|&\s*(?:::\s*)?(?:{_NATIVE_CALLS})\s*(?:[;,)\]]|$)|::\s*(?:{_NATIVE_CALLS})\b"
     r"|\b(?:popen|execv\w*|execl\w*|posix_spawn\w*|fopen|dlopen|dlsym|ptrace|syscall|getenv|secure_getenv|"
     r"environ|__environ|_environ|pthread_create|std::thread|std::async|std::[io]?fstream|std::system)\b"
+    # Python from C++: pybind11's module import (py::module_::import("os")), an attribute by its name
+    # (obj.attr("os") on a module passed in), the C API's import, run and attribute calls
+    r"|::\s*import\s*\(|\.\s*attr\s*\(|\b(?:PyImport_|PyRun_|Py_CompileString|PyEval_|PySys_|PyObject_\w*Attr)\w*"
     r"|\b(?:asm|__asm__|__asm)\s*(?:volatile|__volatile__|goto)?\s*[({]"
     r"|#\s*include\s*[<\"]\s*(?:unistd|sys/|thread|fstream|dlfcn|spawn|signal|csignal|cstdlib|stdlib|"
     r"pthread|fcntl|filesystem|stdio_ext)"
@@ -191,7 +209,7 @@ def check_imports(tree: ast.Module) -> str | None:
             if any(module == bad or module.startswith(bad + ".") for bad in FORBIDDEN_SUBMODULES):
                 return f"forbidden import: {module} (line {node.lineno})"
             for part in module.split(".")[1:]:
-                why = _forbidden_name(part, _module_root(module))
+                why = _forbidden_name(part, _module_root(module)) if module not in PRIVATE_ALLOWED else None
                 # OVERRIDE_NAMES are left to check_monkeypatch, which names them better.
                 if why and part not in OVERRIDE_NAMES:
                     return (f"forbidden import: {module} (line {node.lineno}); `{part}` {why} "
@@ -372,11 +390,56 @@ def _tensor_subclass_methods(tree: ast.Module) -> set[int]:
     return methods
 
 
-def _override_name(node: ast.AST, tensor_methods: set[int]) -> str | None:
-    """The operator-override name this node uses or defines, if any."""
-    if isinstance(node, ast.Attribute) and node.attr in OVERRIDE_NAMES:
+class _Analysis:
+    """What the module's names and `self.x` attributes refer to (bindings.py), built once per tree."""
+
+    def __init__(self, tree: ast.Module):
+        self.bindings = Bindings(tree)
+        self.instances = Instances(tree, self.bindings)
+
+    def own_attribute(self, node: ast.Attribute) -> bool:
+        """A public attribute that is certainly the candidate's own, whatever its name: `self.src`
+        stored by its own class, or a function of a module load_inline built (`ext.custom_op`)."""
+        return not node.attr.startswith("_") and (
+            self.instances.owned(node) or self.instances.is_extension(node.value))
+
+    def own_name(self, node: ast.Name) -> bool:
+        """A public name the candidate bound itself (a variable, parameter, def...), never an import."""
+        return not node.id.startswith("_") and self.bindings.lookup(node).only_candidate
+
+    def may_be_builtin(self, node: ast.Name) -> bool:
+        found = self.bindings.lookup(node)
+        return found.builtin or found.unknown
+
+
+def _analysis(tree: ast.Module) -> _Analysis:
+    found = getattr(tree, "_kernelloop_analysis", None)
+    if not isinstance(found, _Analysis):
+        found = _Analysis(tree)
+        tree._kernelloop_analysis = found  # type: ignore[attr-defined]
+    return found
+
+
+def _reads(node: ast.Name, parents: dict[int, ast.AST]) -> bool:
+    """Whether a name is read here: a load, or the target of an augmented assignment (`x += 1` reads x)."""
+    if isinstance(node.ctx, ast.Load):
+        return True
+    parent = parents.get(id(node))
+    return isinstance(parent, ast.AugAssign) and parent.target is node
+
+
+def _parents(tree: ast.Module) -> dict[int, ast.AST]:
+    return {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+
+
+def _override_name(node: ast.AST, tensor_methods: set[int], analysis: _Analysis) -> str | None:
+    """The operator-override name this node uses or defines, if any. A name or attribute that is
+    the candidate's own (a variable `custom_op` holding its load_inline module, `self.library`
+    its class stored) is not torch's, whatever it is called."""
+    if isinstance(node, ast.Attribute) and node.attr in OVERRIDE_NAMES and not analysis.own_attribute(node):
         return node.attr
-    if isinstance(node, ast.Name) and node.id in OVERRIDE_NAMES:
+    if isinstance(node, ast.Name) and node.id in OVERRIDE_NAMES and not (
+            analysis.own_name(node) if isinstance(node.ctx, ast.Load) else not node.id.startswith("_")):
         return node.id
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in OVERRIDE_NAMES \
             and id(node) not in tensor_methods:
@@ -418,8 +481,9 @@ def check_reference(tree: ast.Module) -> str | None:
 def check_monkeypatch(tree: ast.Module) -> str | None:
     aliases = _Aliases(tree)
     tensor_methods = _tensor_subclass_methods(tree)
+    analysis = _analysis(tree)
     for node in ast.walk(tree):
-        override = _override_name(node, tensor_methods)
+        override = _override_name(node, tensor_methods, analysis)
         if override:
             # cast: _override_name names only function, class and import statements, which have a lineno
             return (f"monkeypatch: `{override}` at line {cast(ast.stmt, node).lineno}; a candidate may not register, "
@@ -459,10 +523,19 @@ def check_streams(tree: ast.Module) -> str | None:
     return None
 
 
+def _root_name(node: ast.AST) -> ast.Name | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node if isinstance(node, ast.Name) else None
+
+
 def check_calls(tree: ast.Module) -> str | None:
-    imported = _imported_names(tree)
+    analysis = _analysis(tree)
+    parents = _parents(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS:
+        # The builtin only: `def forward(self, input)`, a local `input`, `[input for input in xs]` are not it.
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS and _reads(node, parents) \
+                and analysis.may_be_builtin(node):
             return f"forbidden call: {node.id} (line {node.lineno})"
         if isinstance(node, ast.Name) and (node.id == "builtins"
                                            or (_is_dunder(node.id) and node.id not in ALLOWED_DUNDERS)):
@@ -474,13 +547,16 @@ def check_calls(tree: ast.Module) -> str | None:
                     f"{', '.join(sorted(ALLOWED_DUNDER_DEFS))} among dunder methods")
         if isinstance(node, ast.Attribute):
             attr = node.attr
-            root = imported.get(_attribute_root(node) or "", "")
+            # the module the expression's root certainly is, through imports only (tl.load is triton's)
+            root_name = _root_name(node)
+            root = (analysis.bindings.imported_path(root_name) or "") if root_name is not None else ""
             why = _forbidden_name(attr, root)
-            if why and why != "is private":
+            if why and why != "is private" and not (attr in FORBIDDEN_ATTRIBUTES and analysis.own_attribute(node)):
                 return f"forbidden call: .{attr} (line {node.lineno}); it {why}"
             if attr.startswith("__") and attr not in ALLOWED_DUNDERS:
                 return f"forbidden call: attribute {attr} (line {node.lineno})"
-            if attr.startswith("_") and not attr.startswith("__") and _attribute_root(node) not in ("self", "cls"):
+            if attr.startswith("_") and not attr.startswith("__") and _attribute_root(node) not in ("self", "cls") \
+                    and analysis.bindings.imported_path(node) not in PRIVATE_ALLOWED:
                 return f"forbidden call: private attribute {attr} (line {node.lineno})"
     return None
 
@@ -770,15 +846,21 @@ CHECKS: tuple[tuple[Code, Callable[[ast.Module], str | None]], ...] = (
 )
 
 
+TOO_DEEP = ("forbidden call: the module nests expressions too deeply to check (a chain of hundreds of operators, "
+            "or brackets inside brackets); split them into steps")
+
+
 def iter_violations(source: str) -> Iterator[tuple[Code, str]]:
     tree = source_ast.parse(source)
-    for code, check in CHECKS:
-        reason = check(tree)
+    checks = [*CHECKS, (Code.forbidden_call, lambda parsed: check_strings(parsed, source))]
+    for code, check in checks:
+        try:
+            reason = check(tree)
+        except RecursionError:  # the checks recurse over the tree: a rejection, never a crash of the verifier
+            yield Code.forbidden_call, TOO_DEEP
+            return
         if reason:
             yield code, reason
-    reason = check_strings(tree, source)
-    if reason:
-        yield Code.forbidden_call, reason
 
 
 def first_broken_rule(source: str) -> tuple[Code, str] | None:

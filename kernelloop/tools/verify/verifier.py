@@ -525,7 +525,8 @@ class Verifier:
         disturbed, outputs = outputs[len(made.outputs):], outputs[:len(made.outputs)]
         refs = made.outputs
         # Every set is compared, not only up to the first wrong one: which sets fail is a fact too.
-        comparisons = [compare_outputs(out, ref, problem.tolerance, self.compare_on) for out, ref in zip(outputs, refs)]
+        comparisons = [compare_outputs(out, ref, problem.tolerance, self.compare_on, made.round_off)
+                       for out, ref in zip(outputs, refs)]
         failed = next((trial for trial, c in enumerate(comparisons) if not c.ok), None)
         if failed is not None:
             comparison = comparisons[failed]
@@ -589,7 +590,8 @@ class Verifier:
         fresh, _ = loaded
         trials_run = len(outputs)
         for index, (out, ref) in enumerate(zip(fresh, fresh_made.outputs)):
-            checked = compare_outputs(out, ref, problem.tolerance, self.compare_on)
+            checked = compare_outputs(out, ref, problem.tolerance, self.compare_on, fresh_made.round_off)
+            comparisons.append(checked)
             trials_run += 1
             if not checked.ok:
                 what = ("fresh inputs: right on the trial inputs but wrong on fresh inputs after timing (caching results?)"
@@ -605,12 +607,17 @@ class Verifier:
                           max_abs_err=worst_abs, rel_err=worst_rel, **base)
         if library_ops:
             verdict.warnings.append(f"library ops still run through torch: {', '.join(library_ops)}")
+        verdict.degenerate_outputs = sorted({index for c in comparisons for index in c.degenerate})
+        if verdict.degenerate_outputs:
+            verdict.warnings.append(_degenerate_note(verdict.degenerate_outputs, {**made.round_off, **fresh_made.round_off}))
         if self.device == "cpu":
             verdict.warnings.append("CPU (Triton interpreter): correctness only, no speed measured")
         verdict.feedback = (f"Correct on {trials_run} input sets "
                             f"(max_abs_err={verdict.max_abs_err:.3g}, rel_err={verdict.rel_err:.3g}).")
         if judged is not None:
-            return _with_speed(verdict, judged)
+            verdict = _with_speed(verdict, judged)
+            if verdict.degenerate_outputs and verdict.win:
+                verdict.win = False  # as fast as it likes: zeros would be as right
         return verdict
 
     def _decoy(self, disturbed: list[list], made: Made, ref: list, problem: Problem) -> str | None:
@@ -618,7 +625,7 @@ class Verifier:
         everything they are given, left the work to something else (torch under other op names,
         numpy, a cached copy). Not judged where the reference is near zero or constant: unwritten
         memory can match those."""
-        if made.warnings:
+        if made.warnings or made.round_off:
             return None
         for outputs in disturbed:
             if compare_outputs(outputs, ref, problem.tolerance, self.compare_on).ok:
@@ -676,6 +683,14 @@ def with_cached_baselines(judged: SpeedJudgement, record: dict) -> SpeedJudgemen
                                f"(not compiled in this verification; its speedup is this run's speedup over eager times "
                                f"the recorded {name}/eager ratio)")
     return judged
+
+
+def _degenerate_note(outputs: list[int], round_off: dict[int, float]) -> str:
+    """The warning of a verdict judged on a degenerate reference (compare.py)."""
+    why = "; ".join(f"output {i}: " + (f"its error against float64 is {round_off[i]:.2g} of its norm" if i in round_off
+                                         else "all zeros") for i in outputs)
+    return (f"degenerate reference ({why}): judged by the absolute tolerance only; a kernel returning zeros "
+            "passes too, so this is no win")
 
 
 def _with_speed(verdict: Verdict, judged: SpeedJudgement) -> Verdict:
