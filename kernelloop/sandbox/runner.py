@@ -62,6 +62,12 @@ ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_HOME", "CUDA_PATH",
                  PRELOAD_ENV, "KERNELLOOP_PROFILE_JOBS")
 OUTPUT_TAIL_BYTES = 4000
 PHASE_POLL_S = 0.05
+# A candidate's job dir: at most this many times its file-size limit, plus room for its compile
+# caches, checked this often (JobSession._over_disk_budget).
+DISK_BUDGET_FILES = 4
+DISK_BUDGET_SLACK_BYTES = 2 << 30
+DISK_BUDGET_ENTRIES = 200_000
+DISK_CHECK_S = 0.5
 KILL_WAIT_S = 30.0  # after a kill, how long the zygote has to report the exit before the sandbox goes
 
 
@@ -264,11 +270,13 @@ class Zygote:
         return session.finish()
 
     def start(self, job: dict, job_dir: Path, compile_timeout_s: float, run_timeout_s: float,
-              phases: Sequence[str] = (), file_size_bytes: int = 0) -> JobSession:
+              phases: Sequence[str] = (), file_size_bytes: int = 0, disk_budget: bool = False) -> JobSession:
         """Start one job in a fresh child and return the parent's side of it: messages both ways,
         forward-only phases (`phases`, after "compile"), the timeouts, and at the end its outcome.
         `file_size_bytes`: the largest file the job must be able to write, where that is over the
-        default limit (a multi-GB output)."""
+        default limit (a multi-GB output). `disk_budget`: that size is the job's exact limit, even
+        under the default, and its job dir may hold at most DISK_BUDGET_FILES times it plus
+        DISK_BUDGET_SLACK_BYTES (compile caches); past that the job is killed (a candidate's job)."""
         self.wait_ready()
         if not self.alive():
             raise SandboxError("the sandbox worker has exited")
@@ -278,7 +286,7 @@ class Zygote:
         hand_to(job_dir, self.user)
         held = JobDir(job_dir)  # opened before any job code runs: what the parent reads goes through it
         limits = self.limits or child_limits(compile_timeout_s, run_timeout_s)
-        if file_size_bytes > limits.file_size_bytes:
+        if file_size_bytes > limits.file_size_bytes or (disk_budget and file_size_bytes):
             limits = dataclasses.replace(limits, file_size_bytes=file_size_bytes)
         job = {**self._stage_inputs(job), "job_dir": str(job_dir), "limits": limits.as_job()}
         if self.per_job_cache:
@@ -301,6 +309,8 @@ class Zygote:
             raise SandboxError("the sandbox worker did not fork a child")
         session = JobSession(self, forked["pid"], held, started, compile_timeout_s, run_timeout_s, phases)
         session.box = self._containment(forked.get("box"))
+        if disk_budget:
+            session.disk_budget_bytes = DISK_BUDGET_FILES * limits.file_size_bytes + DISK_BUDGET_SLACK_BYTES
         session.kind = str(job.get("kind", "job"))
         progress.report(session.kind, session.phase)
         return session
@@ -419,6 +429,8 @@ class JobSession:
         self.outcome = ended
         self.kind = "job"  # the job's kind ('candidate', 'reference', ...), for progress reports
         self.box: dict = {}
+        self.disk_budget_bytes: int | None = None  # what its job dir may hold (Zygote.start)
+        self._disk_checked_at = 0.0
 
     @property
     def _job_pid(self) -> int:
@@ -464,6 +476,8 @@ class JobSession:
             spent = time.monotonic() - waited
             self.phase_waited_s += spent
             self.waited_s += spent
+            if self._over_disk_budget():
+                continue
             if message is None:
                 if not self.zygote.alive():  # the candidate killed its parent: end its group, report, restart later
                     self.zygote._kill_group(self._job_pid)
@@ -484,6 +498,20 @@ class JobSession:
             else:
                 return parsed
         return None
+
+    def _over_disk_budget(self) -> bool:
+        """Every half second: a job dir holding more than its budget ends the job (a job that fills
+        the host's disk, file by file under the size limit, is killed within a second)."""
+        if self.disk_budget_bytes is None or time.monotonic() - self._disk_checked_at < DISK_CHECK_S:
+            return False
+        self._disk_checked_at = time.monotonic()
+        used = dir_usage(self.job_dir, DISK_BUDGET_ENTRIES)
+        if used is not None and used <= self.disk_budget_bytes:
+            return False
+        self.notes.append(f"its job dir grew past its disk budget of {self.disk_budget_bytes >> 20} MiB"
+                          if used is not None else f"its job dir holds over {DISK_BUDGET_ENTRIES} entries")
+        self._kill_and_reap()
+        return True
 
     def advance(self, phase: str) -> None:
         """Move to a later phase (its limit starts now); an earlier or unknown one is ignored."""
@@ -542,6 +570,24 @@ def _parse_job_line(line: object) -> dict | None:
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def dir_usage(path: Path, max_entries: int) -> int | None:
+    """Bytes of disk under `path` (allocated blocks, links not followed), walked without recursion;
+    None when it holds more than `max_entries` entries."""
+    total, seen, stack = 0, 0, [str(path)]
+    while stack:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > max_entries:
+                    return None
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    total += info.st_blocks * 512
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append(entry.path)
+    return total
 
 
 def open_log(path: Path) -> IO[bytes]:

@@ -269,3 +269,51 @@ def test_every_verdict_says_what_held(tmp_path, monkeypatch):
         verdict = _verify(verifier, (FIXTURES / "honest" / "relu_triton.py").read_text())
     assert verdict.containment["sandbox"] == "plain" and not verdict.containment["isolated"]
     assert any(w.startswith("not isolated: plain mode") for w in verdict.warnings)
+
+
+@needs_bwrap
+def test_a_project_dotenv_never_reaches_a_verdict(monkeypatch):
+    """The red team's hole: run from a project whose .env (0644) holds the key, a job read and
+    printed it. The file is masked in the sandbox, and the parent cuts its secrets from every tail."""
+    import shutil
+    import tempfile
+
+    from kernelloop.results import Status
+    from kernelloop.tools.verify.verifier import Verifier
+
+    secret = "sk-test-DOTENV-5678"
+    project = Path(tempfile.mkdtemp(prefix="kernelloop-project-"))
+    try:
+        project.chmod(0o755)
+        (project / ".env").write_text(f"KERNELLOOP_API_KEY={secret}\n")
+        (project / "kernelloop.toml").write_text(f'api_key = "{secret}"\n')
+        monkeypatch.chdir(project)
+        with Verifier(device="cpu", workspace=project / "ws", time_it=False, static_checks=False) as verifier:
+            verdict = _verify(verifier, (FIXTURES / "cheats" / "redteam_read_project_dotenv.py").read_text())
+            printer = _verify(verifier, (FIXTURES / "honest" / "relu_triton.py").read_text().replace(
+                "        return out", f"        print({secret!r}, flush=True)\n        return out"))
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+    assert verdict.status is Status.correct, verdict.reason  # its output turns to zeros if it read either file
+    text = "\n".join((verdict.reason, verdict.feedback, verdict.stdout_tail, verdict.stderr_tail))
+    assert secret not in text
+    # A secret that reaches a job some other way (here, its own source) is cut from what it prints.
+    assert secret not in printer.stdout_tail and "[redacted]" in printer.stdout_tail
+
+
+def test_a_job_dir_of_any_depth_is_removed_without_recursion(tmp_path):
+    from kernelloop.sandbox.runner import dir_usage, remove_job_dir
+
+    deep = tmp_path / "job"
+    here = deep
+    here.mkdir()
+    fd = os.open(here, os.O_RDONLY)
+    for _ in range(3000):  # deeper than Python's recursion limit
+        os.mkdir("d", dir_fd=fd)
+        next_fd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = next_fd
+    os.close(fd)
+    assert dir_usage(deep, 10) is None  # past its entry limit: over budget, never a RecursionError
+    remove_job_dir(deep)
+    assert not deep.exists()

@@ -44,6 +44,7 @@ from kernelloop.workspace import workspace_dir
 DEFAULT_TRIALS = 3
 CPU_MEMORY_LIMIT_BYTES = 16 << 30
 OUTPUT_FILE_SLACK_BYTES = 1 << 20  # a saved tensor list is its data plus a little framing
+CANDIDATE_MIN_FILE_BYTES = 256 << 20  # a kernel build's objects and caches; no file of a job outgrows it but its outputs
 SCRUTINY_SETS = 4  # more fresh sets for a kernel under the reference's roofline
 DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed
 CANDIDATE_PHASES = ("trials", "timing", "fresh")
@@ -353,9 +354,10 @@ class Verifier:
         job = self._job("candidate", candidate_path=str(candidate_path),
                         inputs_path=str(self._hand_over(made, job_dir)), decoy_check=decoy_check,
                         output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
-        file_size = 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs))
+        # What its files may hold: three sets of outputs, however small (a disk-filling job is killed).
+        file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)))
         session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
-                                    file_size_bytes=file_size)
+                                    file_size_bytes=file_size, disk_budget=True)
         if self.time_it:
             # While the candidate compiles and runs its trials, the trusted job imports the compiler
             # and, on a problem's first verification, builds the baselines (torch.compile's first
@@ -766,7 +768,8 @@ def _failure_code(outcome: JobOutcome) -> Code:
 def _failure_reason(outcome: JobOutcome) -> str:
     code = outcome.exit_code
     if outcome.notes:
-        return f"crashed: {'; '.join(outcome.notes)} while {_while(outcome.phase)} (did it signal its parent?)"
+        hint = " (did it signal its parent?)" if any("worker died" in note for note in outcome.notes) else ""
+        return f"crashed: {'; '.join(outcome.notes)} while {_while(outcome.phase)}{hint}"
     if code is not None and code < 0:
         return f"crashed ({_signal_name(code)}) while {_while(outcome.phase)}"
     return f"exited with code {code} while {_while(outcome.phase)} before reporting (sys.exit, os._exit or a fatal error)"
