@@ -199,6 +199,9 @@ def _child(job: dict, run_job) -> None:
             os.dup2(out, fd)
             os.close(out)
         os.environ["TMPDIR"] = scratch
+        import tempfile
+
+        tempfile.tempdir = scratch  # not the /tmp the worker or the standby cached: read-only in the job
         os.environ.update(job.get("env") or {})  # e.g. its own compile caches
         apply_child_limits(job.get("limits"), job.get("memory_limit_bytes"))
         code = run_job(job)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 from kernelloop.sandbox.channel import Channel
+
+tempfile.gettempdir()  # cached in the worker, as torch's and triton's imports do: a job must not inherit it
 
 
 def _connect(port: int) -> str:
@@ -74,6 +77,7 @@ ACTIONS = {  # name -> f(argument, job)
     "env": lambda name, job: os.environ.get(name, "<unset>"),
     "read_job_path": lambda key, job: Path(job[key]).read_text(),  # a file the runner may have staged
     "write_job_path": lambda key, job: Path(job[key]).write_text("tampered") and "written",
+    "tempfile": lambda _, job: tempfile.mkstemp(suffix=".ptx")[1],
     "shell": lambda command, job: subprocess.run(["sh", "-c", command], capture_output=True, text=True,
                                                  timeout=20).stdout[-2000:],
 }

@@ -136,6 +136,7 @@ def _box_of_a_job(tmp_path: Path, mode: str) -> tuple[dict, dict]:
             "write_tmp": ["write", "/tmp/kernelloop-box-test"],
             "write_own": ["write", str(work_dir / "jobs" / "j" / "mine.txt")],
             "status": ["shell", "grep -E '^(CapEff|Seccomp):' /proc/self/status"],
+            "tempfile": ["tempfile", None],
         }
         outcome = zygote.run({"kind": "probe", "actions": actions}, work_dir / "jobs" / "j", 30, 30)
     finally:
@@ -156,6 +157,8 @@ def test_a_job_in_bubblewrap_is_boxed_whoever_runs_us(tmp_path):
     assert 1 in pids and len(pids) <= 3, pids  # itself (pid 1 of its namespace), and nothing of the worker's
     assert got["write_work_dir"].startswith("OSError") and got["write_tmp"].startswith("OSError")
     assert got["write_own"] == "ok: written"
+    # Temporary files go to its own scratch dir, though the worker had cached /tmp (read-only here)
+    assert got["tempfile"].startswith(f"ok: {tmp_path / 'ws' / 'verifier' / 'cpu' / 'jobs' / 'j'}"), got["tempfile"]
     assert "CapEff:\t0000000000000000" in got["status"] and "Seccomp:\t2" in got["status"]
 
 
