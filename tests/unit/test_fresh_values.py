@@ -1,0 +1,175 @@
+"""Fresh values for every timed call and kept outputs with their digests (fresh_values.py,
+kept_outputs.py), on the CPU: the seeded refill and the remaking of the same values, the digests
+bit for bit against a plain-Python model of them."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from kernelloop.tools.verify import kept_outputs
+from kernelloop.tools.verify.fresh_values import Pool, pool_indices
+from kernelloop.tools.verify.kept_outputs import Kept, capacity, digest_bytes, split
+
+
+def sets_of(*tensors_per_set: list) -> list[list]:
+    return [list(values) for values in tensors_per_set]
+
+
+# --------------------------------------------------------------------------- fresh values
+
+
+def test_each_call_writes_new_values_into_the_same_buffers_and_bumps_their_version():
+    torch.manual_seed(0)
+    pool = Pool(sets_of(*[[torch.randn(37, 129), 3] for _ in range(3)]))
+    buffers = pool.buffers()
+    address, version = buffers[0].data_ptr(), buffers[0]._version
+    request = pool.request(seed=1234, calls=4)
+    seen = [buffers[0].clone()]
+    for call in range(4):
+        request.fill(buffers, call)
+        assert buffers[0].data_ptr() == address and buffers[0]._version > version
+        version = buffers[0]._version
+        assert all(not torch.equal(buffers[0], before) for before in seen), "a call repeated values"
+        seen.append(buffers[0].clone())
+        # every element is what one of the trial sets holds there, about half from each of two
+        from_set = torch.stack([buffers[0] == s[0] for s in pool.sets])
+        assert from_set.any(dim=0).all()
+        assert 0.3 < from_set.float().mean(dim=(1, 2)).max() < 0.8
+    assert buffers[1] == 3  # a non-tensor value is left as it is
+
+
+def test_the_trusted_job_remakes_any_call_from_the_seed_and_other_seeds_differ():
+    torch.manual_seed(1)
+    sets = sets_of(*[[torch.randn(8, 16), torch.randn(16)] for _ in range(2)])
+    child, trusted = Pool([[t.clone() for t in s] for s in sets]), Pool(sets)
+    buffers, request = child.buffers(), child.request(seed=99, calls=6)
+    for call in (0, 3, 5):
+        request.fill(buffers, call)
+        remade = trusted.request(seed=99, calls=6).values(call)
+        assert all(torch.equal(a, b) for a, b in zip(buffers, remade))
+    assert not torch.equal(trusted.request(seed=98, calls=6).values(3)[0], trusted.request(seed=99, calls=6).values(3)[0])
+
+
+def test_structure_the_problem_gave_its_inputs_is_kept():
+    torch.manual_seed(2)
+    n = 24
+
+    def one_set() -> list:
+        a = torch.randn(n, n)
+        return [torch.tril(torch.randn(n, n)), torch.rand(n, n), (torch.rand(n) > 0.5).float(), a + a.T,
+                torch.randint(0, 2, (n,)) * 2.0 - 1.0, torch.randint(0, n, (n,)), torch.rand(n) > 0.5]
+
+    pool = Pool([one_set() for _ in range(3)])
+    buffers, request = pool.buffers(), pool.request(seed=7, calls=3)
+    ints, bools = buffers[5].clone(), buffers[6].clone()
+    for call in range(3):
+        request.fill(buffers, call)
+        tril, positive, mask, symmetric, signs = buffers[:5]
+        assert torch.equal(tril, torch.tril(tril))  # zeros above the diagonal stay zeros
+        assert (positive >= 0).all() and (positive < 1).all()  # rand's domain
+        assert set(mask.unique().tolist()) <= {0.0, 1.0} and set(signs.unique().tolist()) <= {-1.0, 1.0}
+        assert torch.equal(symmetric, symmetric.T)  # the choice is mirrored
+        assert torch.equal(buffers[5], ints) and torch.equal(buffers[6], bools)  # integers and bools are kept
+    assert pool.symmetric == {0: False, 1: False, 2: False, 3: True, 4: False}
+
+
+def test_one_set_or_no_float_input_gives_no_fresh_values_and_only_same_shapes_mix():
+    single = Pool([[torch.randn(4)]])
+    assert not single.fresh
+    buffers = single.buffers()
+    single.request(seed=1, calls=2).fill(buffers, 1)
+    assert torch.equal(buffers[0], single.sets[0][0])
+    assert not Pool([[torch.arange(4)], [torch.arange(4) + 1]]).fresh
+    sets = [[torch.randn(4, 4)], [torch.randn(3, 3)], [torch.randn(4, 4)], [torch.randn(4, 4).double()]]
+    assert pool_indices(sets, [0, 1, 2, 3]) == [0, 2]  # a variant shape or another dtype never mixes in
+
+
+def test_a_request_counts_its_calls():
+    pool = Pool([[torch.randn(4)], [torch.randn(4)]])
+    with pytest.raises(IndexError):
+        pool.request(seed=1, calls=2).fill(pool.buffers(), 2)
+    with pytest.raises(ValueError):
+        pool.request(seed=1, calls=0)
+
+
+# --------------------------------------------------------------------------- kept outputs and digests
+
+_M64 = (1 << 64) - 1
+
+
+def _mix(state: int) -> int:
+    state ^= state >> 30
+    state = (state * kept_outputs._MIX1) & _M64
+    state ^= state >> 27
+    state = (state * kept_outputs._MIX2) & _M64
+    return state ^ (state >> 31)
+
+
+def _level(words: list[int], level: int) -> list[int]:
+    lanes = max(1, -(-len(words) // kept_outputs.LANE_WORDS))
+    padded = words + [0] * (lanes * kept_outputs.LANE_WORDS - len(words))
+    states = []
+    for lane in range(lanes):
+        state = ((lane + 1 + (level << 40)) * kept_outputs._IV) & _M64
+        for j in range(kept_outputs.LANE_WORDS):
+            state = _mix(state ^ padded[j * lanes + lane])
+        states.append(state)
+    return states
+
+
+def plain_digest(data: bytes) -> str:
+    """The digest as kept_outputs' docstring describes it, in plain Python integers."""
+    padded = data + b"\0" * (-len(data) % 4)
+    words = [int.from_bytes(padded[i:i + 4], "little") for i in range(0, len(padded), 4)]
+    states, level = _level(words, 0), 1
+    while len(states) > kept_outputs.FINAL_STATES:
+        states = _level([half for s in states for half in (s & 0xFFFFFFFF, s >> 32)], level)
+        level += 1
+    return hashlib.blake2b(len(data).to_bytes(8, "little") + b"".join(s.to_bytes(8, "little") for s in states),
+                           digest_size=16).hexdigest()
+
+
+@pytest.mark.parametrize("nbytes", [1, 3, 4, 64, 1000, 4099, 9000])
+def test_the_digest_is_the_documented_function_bit_for_bit(nbytes):
+    raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(nbytes))
+    assert digest_bytes(raw) == plain_digest(bytes(raw.tolist()))
+
+
+def test_kept_copies_their_digests_and_their_bytes_back_as_tensors():
+    outputs = [torch.randn(5, 7), torch.arange(3, dtype=torch.int64), torch.tensor([True, False, True])]
+    specs = [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in outputs]
+    kept = Kept(specs, calls=3, device="cpu")
+    kept.keep(outputs)
+    changed = [outputs[0].clone(), outputs[1], outputs[2]]
+    changed[0][4, 6] = torch.nextafter(changed[0][4, 6], torch.tensor(float("inf")))  # one ulp
+    kept.keep(changed)
+    outputs[0].zero_()  # what the candidate does with its tensors later changes no copy
+    first, second = kept.digests()
+    assert first != second and len(first) == 32
+    assert digest_bytes(kept.raw(1)) == second
+    back = split(kept.raw(1), changed)
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(back, changed))
+    kept.reset()
+    assert kept.digests() == []
+
+
+def test_kept_refuses_outputs_unlike_the_trials_and_more_calls_than_it_has_room_for():
+    kept = Kept([[[4], "float32"]], calls=1, device="cpu")
+    with pytest.raises(ValueError, match="size"):
+        kept.keep([torch.randn(5)])
+    with pytest.raises(ValueError, match="outputs"):
+        kept.keep([torch.randn(4), torch.randn(4)])
+    kept.keep([torch.randn(4)])
+    with pytest.raises(ValueError, match="more than 1"):
+        kept.keep([torch.randn(4)])
+    with pytest.raises(IndexError):
+        kept.raw(1)
+
+
+def test_how_many_calls_a_request_keeps():
+    assert capacity(19_092) == kept_outputs.MAX_KEPT_CALLS  # a small output: the count caps it
+    assert capacity(64 << 20) == kept_outputs.KEPT_BYTES // (64 << 20)
+    assert capacity(6 << 30) == 1  # a huge output: one copy, whatever it costs
