@@ -1,17 +1,29 @@
-"""Fresh values for every timed call and kept outputs with their digests (fresh_values.py,
-kept_outputs.py), on the CPU: the seeded refill and the remaking of the same values, the digests
-bit for bit against a plain-Python model of them."""
+"""Fresh values for every timed call, kept outputs with their digests, and the checks of timed calls
+picked at random (fresh_values.py, kept_outputs.py, timed_checks.py, the timing driver), on the CPU.
+
+Nothing is timed on the CPU, but the mechanism runs here: the seeded refill and the trusted job's
+remaking of the same values, the digests (bit for bit against a plain-Python model of them), and
+the whole conversation through the sandbox in the Verifier's CPU rehearsal of the timing phase,
+where memo and fix-up fixtures get their verdicts. tests/gpu/test_timed_checks_gpu.py runs it timed.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 import torch
 
-from kernelloop.tools.verify import kept_outputs
+from kernelloop.problem import Candidate, Problem
+from kernelloop.results import Code, Status
+from kernelloop.tools.verify import kept_outputs, speed
 from kernelloop.tools.verify.fresh_values import Pool, pool_indices
 from kernelloop.tools.verify.kept_outputs import Kept, capacity, digest_bytes, split
+from kernelloop.tools.verify.timed_checks import TimedChecks
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PROBLEMS = FIXTURES / "problems"
 
 
 def sets_of(*tensors_per_set: list) -> list[list]:
@@ -173,3 +185,105 @@ def test_how_many_calls_a_request_keeps():
     assert capacity(19_092) == kept_outputs.MAX_KEPT_CALLS  # a small output: the count caps it
     assert capacity(64 << 20) == kept_outputs.KEPT_BYTES // (64 << 20)
     assert capacity(6 << 30) == 1  # a huge output: one copy, whatever it costs
+
+
+def test_digests_are_read_only_as_well_formed_claims():
+    good = ["0123456789abcdef" * 2] * 3
+    assert TimedChecks.digests({"digests": good}, 3) == good
+    assert TimedChecks.digests(None, 3) is None
+    assert TimedChecks.digests({"digests": good}, 4) is None  # one per call kept, no fewer
+    assert TimedChecks.digests({"digests": good[:2] + ["x" * 32]}, 3) is None
+    assert TimedChecks.digests({"digests": good[:2] + [5]}, 3) is None
+    assert TimedChecks.block_probability(256, 1000) == 1.0
+    assert 0 < TimedChecks.block_probability(2, 1000) < 0.05
+    picked = TimedChecks.pick(10, 3)
+    assert len(picked) == 3 and picked == sorted(set(picked)) and all(0 <= p < 10 for p in picked)
+
+
+# --------------------------------------------------------------------------- speed from checked calls
+
+
+def test_under_the_roofline_the_speed_counts_only_the_checked_rounds():
+    import json
+
+    measurement = json.loads((FIXTURES / "speed" / "honest.json").read_text())
+    measurement.pop("recorded")
+    samples = measurement["samples_ms"]
+    measurement["roofline"]["floor_ms"] = 10 * max(samples["candidate"])
+    checked = [3, 50, 700]
+    for r in checked:  # the calls checked took ten times what the others claim
+        samples["candidate"][r] *= 10
+    judged = speed.judge_speed(measurement)
+    assert judged.less_work_than_reference and judged.speedup == pytest.approx(1.0, abs=0.05)  # every round counts
+    judged = speed.judge_speed({**measurement, "checked_rounds": checked})
+    assert judged.speedup == pytest.approx(0.1, abs=0.02)
+    assert any("counts only the 3 timed calls" in w for w in judged.warnings)
+
+
+# --------------------------------------------------------------------------- the trusted job
+
+
+def test_the_trusted_job_adds_a_donor_set_where_a_problem_gets_one_trial_set_and_remakes_picked_calls(tmp_path):
+    from kernelloop.tools.verify.harness import read_sets
+    from kernelloop.tools.verify.reference_job import ReferenceJob
+
+    job = ReferenceJob({"device": "cpu", "problem_path": str(PROBLEMS / "matmul.py")})
+    job.make({"seeds": [5], "variants": True, "donor_seeds": [6], "inputs_path": str(tmp_path / "in.sets"),
+              "outputs_path": str(tmp_path / "out.sets")})
+    sets, extra = read_sets(str(tmp_path / "in.sets"))
+    assert extra["donors"] == 1 and extra["pool"] == [0, 1] and len(sets) == 2
+    assert job.pool is not None and job.pool.fresh and len(read_sets(str(tmp_path / "out.sets"))[0]) == 1
+    job.regen({"seed": 11, "calls": 4, "indices": [2], "outputs_path": str(tmp_path / "regen.sets")})
+    remade = read_sets(str(tmp_path / "regen.sets"))[0][0][0]
+    a, b = Pool(sets).request(seed=11, calls=4).values(2)  # what the candidate's child gets for that call
+    assert torch.allclose(remade, a @ b)
+
+    three = ReferenceJob({"device": "cpu", "problem_path": str(PROBLEMS / "tril_matmul.py")})
+    three.make({"seeds": [1, 2, 3], "variants": True, "donor_seeds": [4], "inputs_path": str(tmp_path / "in3.sets"),
+                "outputs_path": str(tmp_path / "out3.sets")})
+    sets, extra = read_sets(str(tmp_path / "in3.sets"))
+    # the variant (not triangular) sits before the last seed's set and is no donor of values; no donor is needed
+    assert extra["donors"] == 0 and extra["pool"] == [0, 1, 3] and len(sets) == 4
+
+
+# --------------------------------------------------------------------------- the conversation, rehearsed
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """The Verifier on the CPU running the timing phase's conversation (host clocks, no speed)."""
+    from kernelloop.tools.verify.verifier import Verifier
+
+    with Verifier(device="cpu", workspace=tmp_path_factory.mktemp("rehearsal"), rehearse_timing=True,
+                  static_checks=False, compile_timeout_s=60.0, run_timeout_s=120.0) as verifier:
+        yield verifier
+
+
+def rehearse(verifier, fixture: str, problem: str):
+    return verifier.verify(Candidate.from_file(FIXTURES / fixture), Problem.from_file(PROBLEMS / problem))
+
+
+def test_an_honest_kernel_passes_the_checks_of_its_timed_calls(rehearsal):
+    verdict = rehearse(rehearsal, "honest/matmul_triton.py", "matmul.py")
+    assert verdict.status is Status.correct, verdict.reason
+    assert verdict.speedup is None and any("timing protocol ran on host clocks" in w for w in verdict.warnings)
+    assert "timed calls picked at random" in verdict.feedback
+
+
+@pytest.mark.parametrize("fixture", ["cheats/stale_after_warmup.py", "cheats/memo_softmax_by_address.py"])
+def test_a_memo_that_answers_timed_calls_stale_is_caught_by_a_checked_timed_call(rehearsal, fixture):
+    problem = "relu.py" if "stale" in fixture else "softmax.py"
+    verdict = rehearse(rehearsal, fixture, problem)
+    assert verdict.status is Status.incorrect and verdict.code is Code.wrong_on_timed_call, verdict.reason
+
+
+def test_a_memo_keyed_by_version_never_hits_on_fresh_values(rehearsal):
+    """Keyed by (data_ptr, _version), it answers from its eleventh sighting of a key: every timed call
+    runs on values written in place (a new version), so it computes every time and is right."""
+    verdict = rehearse(rehearsal, "cheats/memo_attention_by_version.py", "attention.py")
+    assert verdict.status is Status.correct, verdict.reason
+
+
+def test_outputs_fixed_up_after_the_pick_contradict_the_digests_sent_before_it(rehearsal):
+    verdict = rehearse(rehearsal, "cheats/fix_up_picked_outputs.py", "relu.py")
+    assert verdict.status is Status.rejected and verdict.code is Code.timing_contradicted, verdict.reason
