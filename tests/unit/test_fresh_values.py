@@ -10,6 +10,7 @@ where memo and fix-up fixtures get their verdicts. tests/gpu/test_timed_checks_g
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,26 @@ def plain_digest(data: bytes) -> str:
 def test_the_digest_is_the_documented_function_bit_for_bit(nbytes):
     raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(nbytes))
     assert digest_bytes(raw) == plain_digest(bytes(raw.tolist()))
+
+
+def test_the_gpus_digest_kernel_is_the_torch_reference_bit_for_bit_under_the_interpreter():
+    """On a GPU each level of the digest is one Triton kernel; here it runs under Triton's CPU
+    interpreter (set before triton is imported: a fresh interpreter) against the torch ops."""
+    import subprocess
+    import sys
+
+    script = """
+import torch
+from kernelloop.tools.verify import kept_outputs as k
+for rows, n in [(1, 1), (2, 17), (3, 1000), (2, 4099)]:
+    words = torch.randint(-2**31, 2**31 - 1, (rows, n), dtype=torch.int32, generator=torch.Generator().manual_seed(n))
+    for level in (0, 3):
+        assert torch.equal(k._level_torch(words, level), k._level_kernel(words, level)), (rows, n, level)
+print("same")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "same", done.stderr[-2000:]
 
 
 def test_kept_copies_their_digests_and_their_bytes_back_as_tensors():

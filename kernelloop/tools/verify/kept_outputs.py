@@ -9,9 +9,12 @@ and the child hands over the copies picked; the parent digests them itself and c
 that returned something cheap from its timed calls and computed the right answer only for the
 calls picked (after the pick, outside every clock) can't match the digest it sent before it knew.
 
-The digest runs on the device with plain torch integer ops, the same code in the child, the
-trusted job (its overhead is measured there, tools/verify/timing_driver.py) and the parent, so it
-is bit-for-bit the same wherever it runs. A slot's bytes, as 32-bit words, are hashed in lanes:
+The digest runs on the device: on a GPU one Triton kernel per level reads each word once (in the
+child and in the trusted job, which times that work alone: tools/verify/timing_driver.py), on the
+CPU plain torch integer ops, the kernel's reference; they agree bit for bit (tests/unit/
+test_fresh_values.py runs the kernel under Triton's interpreter, tests/gpu/test_timed_checks_gpu.py
+on the device), so the parent's digest of a copy is the child's. A slot's bytes, as 32-bit words,
+are hashed in lanes:
 each lane folds LANE_WORDS words in turn through a 64-bit mix that is a bijection (SplitMix64's
 finaliser), the lane states become the next level's words, and so on until at most FINAL_STATES
 states are left, which blake2b hashes on the host with the slot's length. Forging it means
@@ -31,7 +34,7 @@ _MIX1, _MIX2, _IV = 0x3F58476D1CE4E5B9, 0x14D049BB133111EB, 0x1E3779B97F4A7C15  
 _LOW32 = (1 << 32) - 1
 KEPT_BYTES = 1 << 30  # device memory for the copies of one request's outputs
 MAX_KEPT_CALLS = 2000  # calls one request may keep (their digests, 70 kB, travel in one channel message)
-DIGEST_CHUNK_BYTES = 128 << 20  # kept outputs digested at once (their 64-bit copy is twice this)
+DIGEST_CHUNK_BYTES = 1 << 30  # kept outputs digested at once (their first level's states are an eighth of this)
 
 
 def _shift(states: torch.Tensor, bits: int) -> torch.Tensor:
@@ -49,17 +52,78 @@ def _mix_(states: torch.Tensor) -> None:
 
 
 def _level(words: torch.Tensor, level: int) -> torch.Tensor:
-    """(rows, W) int32 words -> (rows, ceil(W / LANE_WORDS)) int64 lane states."""
+    """(rows, W) int32 words -> (rows, ceil(W / LANE_WORDS)) int64 lane states: lane l folds words
+    l, lanes + l, 2 * lanes + l, ... (a word past the end reads 0). On a GPU one Triton kernel
+    reads each word once; elsewhere (and as its reference) plain torch ops, LANE_WORDS passes."""
+    if words.is_cuda:
+        return _level_kernel(words, level)
+    return _level_torch(words, level)
+
+
+def _level_torch(words: torch.Tensor, level: int) -> torch.Tensor:
     rows, count = words.shape
     lanes = max(1, -(-count // LANE_WORDS))
-    wide = torch.zeros(rows, lanes * LANE_WORDS, dtype=torch.int64, device=words.device)
-    wide[:, :count] = words.to(torch.int64).bitwise_and_(_LOW32)
-    wide = wide.view(rows, LANE_WORDS, lanes)  # lane l folds words l, lanes + l, 2 * lanes + l, ...
     states = torch.arange(1, lanes + 1, dtype=torch.int64, device=words.device).add_(level << 40).mul_(_IV)
     states = states.expand(rows, lanes).clone()
+    word = torch.zeros(rows, lanes, dtype=torch.int64, device=words.device)
     for j in range(LANE_WORDS):
-        states.bitwise_xor_(wide[:, j])
+        chunk = words[:, j * lanes:(j + 1) * lanes]
+        word.zero_()
+        word[:, :chunk.shape[1]] = chunk
+        states.bitwise_xor_(word.bitwise_and_(_LOW32))
         _mix_(states)
+    return states
+
+
+_KERNEL: list = []  # the Triton kernel, made on first use (the parent never needs triton for this)
+LANES_PER_PROGRAM = 512
+
+
+def _kernel():
+    if _KERNEL:
+        return _KERNEL[0]
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["n_words", "n_lanes", "level_add"])  # one compiled variant for every size
+    def lane_hash_kernel(words_ptr, states_ptr, n_words, n_lanes, level_add, MIX1: tl.constexpr,
+                         MIX2: tl.constexpr, IV: tl.constexpr, LANE_WORDS: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(1)
+        lanes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = lanes < n_lanes
+        start = (lanes + 1).to(tl.uint64) + level_add.to(tl.uint64)
+        state = start * tl.full([BLOCK], IV, tl.uint64)
+        base = words_ptr + row.to(tl.int64) * n_words
+        for j in tl.static_range(LANE_WORDS):
+            index = j * n_lanes + lanes
+            word = tl.load(base + index, mask=live & (index < n_words), other=0)
+            state = state ^ word.to(tl.uint32, bitcast=True).to(tl.uint64)
+            state = state ^ (state >> 30)
+            state = state * tl.full([BLOCK], MIX1, tl.uint64)
+            state = state ^ (state >> 27)
+            state = state * tl.full([BLOCK], MIX2, tl.uint64)
+            state = state ^ (state >> 31)
+        tl.store(states_ptr + row.to(tl.int64) * n_lanes + lanes, state.to(tl.int64, bitcast=True), mask=live)
+
+    _KERNEL.append(lane_hash_kernel)
+    return lane_hash_kernel
+
+
+def warm_digest(device: str | torch.device = "cuda") -> None:
+    """Compile the digest kernel in this process ahead of its first use (a candidate job's standby)."""
+    _level_kernel(torch.zeros(1, LANE_WORDS, dtype=torch.int32, device=device), 0)
+
+
+def _level_kernel(words: torch.Tensor, level: int) -> torch.Tensor:
+    import triton
+
+    rows, count = words.shape
+    lanes = max(1, -(-count // LANE_WORDS))
+    words = words.contiguous()
+    states = torch.empty(rows, lanes, dtype=torch.int64, device=words.device)
+    grid = (triton.cdiv(lanes, LANES_PER_PROGRAM), rows)
+    _kernel()[grid](words, states, count, lanes, level << 40, MIX1=_MIX1, MIX2=_MIX2, IV=_IV,
+                    LANE_WORDS=LANE_WORDS, BLOCK=LANES_PER_PROGRAM)
     return states
 
 
@@ -68,7 +132,7 @@ def digest_rows(words: torch.Tensor, nbytes: int) -> list[str]:
     zero-padded to whole words), `nbytes` the length of what each row holds."""
     if words.dim() != 2 or words.dtype != torch.int32:
         raise ValueError("digest_rows takes a 2-D int32 tensor")
-    rows_at_once = max(1, DIGEST_CHUNK_BYTES // max(1, 4 * words.shape[1]))  # its int64 copy stays bounded
+    rows_at_once = max(1, DIGEST_CHUNK_BYTES // max(1, 4 * words.shape[1]))
     digests = []
     for first in range(0, words.shape[0], rows_at_once):
         states, level = _level(words[first:first + rows_at_once], 0), 1
@@ -128,6 +192,9 @@ class Kept:
         self.words = torch.zeros(max(1, calls), words, dtype=torch.int32, device=device)
         self.bytes = self.words.view(torch.uint8)
         self.count = 0
+        # each slot's place for each output, made once: keeping a call's outputs is one copy each
+        starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self._slots = [[row[start:start + size] for start, size in zip(starts, self.sizes)] for row in self.bytes]
 
     @property
     def calls(self) -> int:
@@ -143,12 +210,10 @@ class Kept:
             raise ValueError(f"more than {self.calls} timed calls in one request")
         if len(outputs) != len(self.sizes):
             raise ValueError(f"a timed call returned {len(outputs)} outputs, the trials {len(self.sizes)}")
-        row, offset = self.bytes[self.count], 0
-        for index, (out, size) in enumerate(zip(outputs, self.sizes)):
+        for index, (place, out, size) in enumerate(zip(self._slots[self.count], outputs, self.sizes)):
             if not isinstance(out, torch.Tensor) or out.numel() * out.element_size() != size:
                 raise ValueError(f"a timed call's output {index} is not the size of the trials' ({size} bytes)")
-            row[offset:offset + size].copy_(out.detach().reshape(-1).view(torch.uint8))
-            offset += size
+            place.copy_(out.detach().reshape(-1).view(torch.uint8))
         self.count += 1
 
     def digests(self) -> list[str]:
