@@ -171,9 +171,10 @@ def capacity(output_bytes: int) -> int:
 
 
 def split(raw: torch.Tensor, like: list) -> list[torch.Tensor]:
-    """One kept output's bytes (1-D uint8) as tensors shaped and typed like `like` (the reference's)."""
+    """One kept output's bytes (1-D uint8) as tensors shaped and typed like the tensors of `like`
+    (the reference's outputs)."""
     tensors, offset = [], 0
-    for ref in like:
+    for ref in (t for t in like if isinstance(t, torch.Tensor)):
         size = ref.numel() * ref.element_size()
         piece = raw[offset:offset + size].clone()
         tensors.append(piece.view(ref.dtype).reshape(ref.shape))
@@ -204,14 +205,15 @@ class Kept:
         self.count = 0
 
     def keep(self, outputs: list) -> None:
-        """Copy one call's outputs into the next slot; a ValueError where they are not the sizes the
-        trial outputs had (the verdict then says so)."""
+        """Copy one call's outputs (a forward's flattened outputs: its tensors are kept) into the next
+        slot; a ValueError where they are not the sizes the trial outputs had (the verdict says so)."""
+        outputs = [out for out in outputs if isinstance(out, torch.Tensor)]
         if self.count >= self.calls:
             raise ValueError(f"more than {self.calls} timed calls in one request")
         if len(outputs) != len(self.sizes):
             raise ValueError(f"a timed call returned {len(outputs)} outputs, the trials {len(self.sizes)}")
         for index, (place, out, size) in enumerate(zip(self._slots[self.count], outputs, self.sizes)):
-            if not isinstance(out, torch.Tensor) or out.numel() * out.element_size() != size:
+            if out.numel() * out.element_size() != size:
                 raise ValueError(f"a timed call's output {index} is not the size of the trials' ({size} bytes)")
             place.copy_(out.detach().reshape(-1).view(torch.uint8))
         self.count += 1
