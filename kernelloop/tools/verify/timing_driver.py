@@ -208,7 +208,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
                           "eager": max(MIN_HOST_MS, (eager_wall_ms - overhead_wall_ms) / calls)},
         back_to_back_calls=calls, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
         fresh_overhead_ms_per_call=overhead_wall_ms / calls if checks is not None else None,
-        checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")) if checks else None,
+        checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")) if checks is not None else None,
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
         kernel_split=split if isinstance(split, dict) else {},
