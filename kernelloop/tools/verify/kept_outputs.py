@@ -51,11 +51,11 @@ def _mix_(states: torch.Tensor) -> None:
     states.bitwise_xor_(_shift(states, 31))
 
 
-def _level(words: torch.Tensor, level: int) -> torch.Tensor:
+def _level(words: torch.Tensor, level: int, kernel: bool) -> torch.Tensor:
     """(rows, W) int32 words -> (rows, ceil(W / LANE_WORDS)) int64 lane states: lane l folds words
-    l, lanes + l, 2 * lanes + l, ... (a word past the end reads 0). On a GPU one Triton kernel
-    reads each word once; elsewhere (and as its reference) plain torch ops, LANE_WORDS passes."""
-    if words.is_cuda:
+    l, lanes + l, 2 * lanes + l, ... (a word past the end reads 0). With `kernel`, on a GPU, one
+    Triton kernel reads each word once; else (and as its reference) plain torch ops, LANE_WORDS passes."""
+    if kernel and words.is_cuda:
         return _level_kernel(words, level)
     return _level_torch(words, level)
 
@@ -127,28 +127,31 @@ def _level_kernel(words: torch.Tensor, level: int) -> torch.Tensor:
     return states
 
 
-def digest_rows(words: torch.Tensor, nbytes: int) -> list[str]:
+def digest_rows(words: torch.Tensor, nbytes: int, kernel: bool = True) -> list[str]:
     """One digest (hex) per row of `words` ((rows, W) int32: each row the bytes of one kept output,
-    zero-padded to whole words), `nbytes` the length of what each row holds."""
+    zero-padded to whole words), `nbytes` the length of what each row holds. `kernel`: on a GPU,
+    the Triton kernel (the child, the trusted job); off, torch ops only (the parent, which
+    compiles no Triton; bit for bit the same)."""
     if words.dim() != 2 or words.dtype != torch.int32:
         raise ValueError("digest_rows takes a 2-D int32 tensor")
     rows_at_once = max(1, DIGEST_CHUNK_BYTES // max(1, 4 * words.shape[1]))
     digests = []
     for first in range(0, words.shape[0], rows_at_once):
-        states, level = _level(words[first:first + rows_at_once], 0), 1
+        states, level = _level(words[first:first + rows_at_once], 0, kernel), 1
         while states.shape[1] > FINAL_STATES:
-            states, level = _level(states.view(torch.int32), level), level + 1
+            states, level = _level(states.view(torch.int32), level, kernel), level + 1
         digests += [hashlib.blake2b(nbytes.to_bytes(8, "little") + row.numpy().tobytes(), digest_size=16).hexdigest()
                     for row in states.cpu()]
     return digests
 
 
 def digest_bytes(raw: torch.Tensor) -> str:
-    """The digest of one output's bytes (a 1-D uint8 tensor), as `Kept.digests` makes it."""
+    """The digest of one output's bytes (a 1-D uint8 tensor), as `Kept.digests` makes it, with torch
+    ops only (the parent's check of a copy it was handed)."""
     nbytes = raw.numel()
     padded = torch.zeros(-(-nbytes // 4) * 4, dtype=torch.uint8, device=raw.device)
     padded[:nbytes] = raw
-    return digest_rows(padded.view(torch.int32).view(1, -1), nbytes)[0]
+    return digest_rows(padded.view(torch.int32).view(1, -1), nbytes, kernel=False)[0]
 
 
 def nbytes_of(specs: list) -> list[int]:
