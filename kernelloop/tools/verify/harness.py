@@ -53,7 +53,7 @@ from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs,
 from kernelloop.tools.verify.compare import flatten_outputs
 from kernelloop.tools.verify.fresh_values import FreshRequest, Pool
 from kernelloop.tools.verify.kept_outputs import Kept
-from kernelloop.tools.verify.reference_job import run_reference
+from kernelloop.tools.verify.reference_job import run_reference, warm_fresh_values
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
 
 if TYPE_CHECKING:  # imported where timing is set up, not when the child starts
@@ -538,6 +538,7 @@ class _CandidateSession:
             self.pool = Pool([to_device(inputs, self.device) for inputs in self.pool_sets])
             self.timing_sets = [self.pool.buffers()]
             self.kept = Kept(self._specs(0), int(request.get("keep_calls") or 1), self.device)
+            warm_fresh_values(self.pool, self.kept, self.device)
         else:
             self.timing_sets = [to_device(inputs, self.device) for inputs in self.input_sets]
         call = lambda i: self.model(*self.timing_sets[i])  # noqa: E731
