@@ -28,7 +28,7 @@ PY
 done
 # Warm cost, this build and the one before (.base/), alternating in one call: BENCH=1.
 if [ "${BENCH:-0}" = 1 ]; then
-  for round in 1 2; do
+  for round in $(seq 1 "${BENCH_ROUNDS:-2}"); do
     for build in base new; do
       root=$([ "$build" = base ] && echo "$PWD/.base" || echo "$PWD")
       (cd "$root" && PYTHONPATH="$root:/tmp/site" KERNELLOOP_HOME="/tmp/bench-$build" timeout 240 python3 \
