@@ -31,6 +31,7 @@ from typing import Protocol
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import kernelloop
@@ -52,6 +53,7 @@ from kernelloop.evals.report import ReportFiles, write_report
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Candidate, Problem, ProblemError, load_dir, parse_subset
 from kernelloop.results import TimingStats, Verdict
+from kernelloop.safe_text import one_line
 from kernelloop.tools.verify.pool import PoolError, local_devices, split_device
 
 RESULTS_JSONL = "results.jsonl"
@@ -346,7 +348,7 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                TextColumn("eta"), TimeRemainingColumn()]
     new_records: list[BenchRecord] = []
     with Progress(*columns, console=Console(stderr=True), disable=not show_progress) as progress:
-        task = progress.add_task(f"{suite} ({mode.value})", total=already_done + len(jobs), completed=already_done)
+        task = progress.add_task(escape(f"{suite} ({mode.value})"), total=already_done + len(jobs), completed=already_done)
         for worker in workers:
             worker.start()
         try:
@@ -365,8 +367,9 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                 new_records.extend(item.records)
                 done += 1
                 last = item.records[-1]
-                outcome = last.status.value if last.status else last.reason[:40]
-                progress.update(task, advance=1, description=f"{suite}: {last.problem} {outcome}")
+                outcome = last.status.value if last.status else one_line(last.reason, 40)
+                # The bar's text is read as markup: a name or a reason from elsewhere goes in escaped.
+                progress.update(task, advance=1, description=escape(one_line(f"{suite}: {last.problem} {outcome}", 200)))
         finally:
             stop.set()
     return new_records
