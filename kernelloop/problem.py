@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import inspect
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,6 +28,7 @@ from typing import Any
 from kernelloop import defaults, source_ast
 from kernelloop.errors import error_line
 from kernelloop.results import Code
+from kernelloop.source_file import SourceFileError, read_source_bytes
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES")
@@ -48,14 +50,13 @@ def check_source_size(size: int, where: str, what: str) -> None:
 
 
 def read_source(path: Path, what: str) -> str:
-    """The text of a problem or candidate file; a directory, a missing, oversized or undecodable
-    file is a one-line ProblemError naming the file."""
-    if path.is_dir():
-        raise ProblemError(f"{path}: is a directory, not a {what} file")
-    if not path.is_file():
-        raise ProblemError(f"{path}: no such {what} file")
-    check_source_size(path.stat().st_size, str(path), what)
-    data = path.read_bytes()
+    """The text of a problem or candidate file; a missing, oversized or undecodable file, a
+    directory, a symlink (never followed), a named pipe, a socket or a device is a one-line
+    ProblemError naming the file, never a hang (source_file.py)."""
+    try:
+        data = read_source_bytes(Path(path), what)
+    except SourceFileError as exc:
+        raise ProblemError(str(exc)) from None
     try:
         return data.decode("utf-8")  # Python source is UTF-8; the locale's encoding is not the file's
     except UnicodeDecodeError as exc:
@@ -63,8 +64,9 @@ def read_source(path: Path, what: str) -> str:
                            f"a {what} is a Python source file") from None
 
 
-def import_source(path: Path, module_name: str) -> ModuleType:
-    """Import a Python file as a fresh module; every failure becomes a one-line ProblemError."""
+def import_source(path: Path, module_name: str, source: str | None = None) -> ModuleType:
+    """Import a Python file as a fresh module (from `source`, the text already read and checked,
+    where given: the file is not read again); every failure becomes a one-line ProblemError."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ProblemError(f"{path}: not an importable Python file")
@@ -75,11 +77,15 @@ def import_source(path: Path, module_name: str) -> ModuleType:
         # Compiled from its source every time, never through a .pyc: a trusted worker keeps bytecode
         # (workers.py), and a cached one is matched by the file's mtime in seconds and its size alone,
         # so a problem edited within the same second at the same size would run as it was before.
-        code = compile(Path(path).read_bytes(), str(path), "exec", dont_inherit=True)
+        text = source if source is not None else read_source_bytes(Path(path), "Python")
+        code = compile(text, str(path), "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - the loader's exec_module without its bytecode cache
     except SyntaxError as exc:
         del sys.modules[module_name]
         raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except SourceFileError as exc:
+        del sys.modules[module_name]
+        raise ProblemError(str(exc)) from None
     except Exception as exc:  # a problem file may fail in any way while importing
         del sys.modules[module_name]
         raise ProblemError(f"{path}: import failed: {error_line(exc)}") from None
@@ -102,7 +108,7 @@ class Problem:
 
     @cached_property
     def module(self) -> ModuleType:
-        return import_source(self.path, f"kernelloop_problem_{self.sha256[:12]}")
+        return import_source(self.path, f"kernelloop_problem_{self.sha256[:12]}", self.source)
 
     @property
     def tolerance(self) -> dict[str, Any]:
@@ -207,26 +213,45 @@ def parse_subset(spec: str | None) -> set[int] | None:
     return chosen
 
 
-def load_dir(directory: str | Path, subset: str | None = None) -> list[Problem]:
-    """Every problem file in a directory (sorted by KernelBench number, then name)."""
+def _not_a_file(path: Path) -> bool:
+    """A directory entry that is no problem file to read at all: a symlink, a pipe, a socket, a
+    device, a directory, or one over the size limit (lstat: a link is not followed)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return True
+    return not stat.S_ISREG(info.st_mode) or info.st_size > defaults.MAX_SOURCE_BYTES
+
+
+def load_dir(directory: str | Path, subset: str | None = None, skipped: list[str] | None = None) -> list[Problem]:
+    """Every problem file in a directory (sorted by KernelBench number, then name). With
+    `skipped`, an entry that is no file to read (a symlink, a pipe, a device, one too large) is
+    left out with its one line added there, so the others still run; without it, it is an error."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ProblemError(f"{directory}: no such directory")
     wanted = parse_subset(subset)
     problems = []
-    for path in directory.glob("*.py"):
+    for path in sorted(directory.glob("*.py")):
         if path.name.startswith("_"):
             continue
-        problem = Problem.from_file(path)
+        try:
+            problem = Problem.from_file(path)
+        except ProblemError as exc:
+            if skipped is None or not _not_a_file(path):
+                raise
+            skipped.append(str(exc))
+            continue
         if wanted is None or problem.number in wanted:
             problems.append(problem)
     return sorted(problems, key=lambda p: (p.number if p.number is not None else sys.maxsize, p.name))
 
 
-def load_kernelbench(root: str | Path, level: int, subset: str | None = None) -> list[Problem]:
+def load_kernelbench(root: str | Path, level: int, subset: str | None = None,
+                     skipped: list[str] | None = None) -> list[Problem]:
     """Problems of one level of a KernelBench checkout (`ROOT/KernelBench/levelL/N_Name.py`)."""
     root = Path(root)
     for candidate_dir in (root / "KernelBench" / f"level{level}", root / f"level{level}"):
         if candidate_dir.is_dir():
-            return load_dir(candidate_dir, subset)
+            return load_dir(candidate_dir, subset, skipped)
     raise ProblemError(f"{root}: no KernelBench/level{level} directory (pass the checkout's root)")

@@ -196,6 +196,8 @@ def bench(
         pool = _open_pool(device, ray, space)  # PoolError: no GPU, no Ray, no cluster (in seconds)
     except ValueError as exc:  # ProblemError, ConfigError, PoolError: one line
         fail_usage(str(exc).splitlines()[0])
+    for line in chosen.skipped:  # a pipe, a symlink, a device among the problems: that one is left out
+        errors.print(f"[yellow]warning:[/yellow] problem file not read: {quoted(line, 4000)}", highlight=False)
     try:
         if mode is Mode.baselines and pool.device == "cpu":
             fail_usage("--baselines-only times kernels and needs a CUDA GPU; torch sees none here")

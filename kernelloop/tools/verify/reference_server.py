@@ -40,6 +40,15 @@ class Made:
 CLOSE_WAIT_S = 1.0
 
 
+def problem_file(problem: Problem, job_dir: Path) -> Path:
+    """The problem's text as it was read and checked, written into the trusted job's own dir: the
+    job runs exactly that, never whatever its original path holds by then (a file edited since, or
+    swapped for a pipe the sandbox's staging copy would block on)."""
+    path = job_dir / problem.path.name
+    path.write_text(problem.source)
+    return path
+
+
 class ReferenceServer:
     """The trusted job for one problem, started on first use and closed with `close()`."""
 
@@ -47,7 +56,8 @@ class ReferenceServer:
                  outputs_device: torch.device = torch.device("cpu")):
         self.problem, self.root, self.timeout_s, self.outputs_device = problem, root, timeout_s, outputs_device
         self.job_dir = new_job_dir(root / "jobs", "ref-")
-        self.session: JobSession = zygote.start({**job, "kind": "reference", "problem_path": str(problem.path)},
+        self.session: JobSession = zygote.start({**job, "kind": "reference",
+                                                 "problem_path": str(problem_file(problem, self.job_dir))},
                                                 self.job_dir, timeout_s, timeout_s, phases=(),
                                                 file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
         self.ops: list[str] = []

@@ -33,7 +33,7 @@ from kernelloop.tools.profile.timing import speedup_from_rounds
 from kernelloop.tools.verify import budget, interpreter_order, trusted_cache, workers
 from kernelloop.tools.verify.compare import Comparison, compare_device, compare_outputs, tolerance_for
 from kernelloop.tools.verify.localise import describe, irregular, localise
-from kernelloop.tools.verify.reference_server import Made, ReferenceServer
+from kernelloop.tools.verify.reference_server import Made, ReferenceServer, problem_file
 from kernelloop.tools.verify.speed import SpeedJudgement, summarize_all
 from kernelloop.tools.verify.static_check import first_broken_rule
 from kernelloop.tools.verify.tensor_files import load_sets
@@ -634,7 +634,7 @@ class Verifier:
         if self.device != "cuda":
             raise ValueError("timing baselines needs a CUDA GPU (--device cuda)")
         job_dir = new_job_dir(self.trusted_root / "jobs", "base-")
-        outcome = self.trusted_zygote.run(self._job("baselines", problem_path=str(problem.path),
+        outcome = self.trusted_zygote.run(self._job("baselines", problem_path=str(problem_file(problem, job_dir)),
                                                      seeds=list(range(1, self.trials + 1))),
                                            job_dir, self.compile_timeout_s, self.run_timeout_s, phases=("timing",))
         result = outcome.result or {}
