@@ -114,6 +114,7 @@ class Code(str, Enum):
     exited = "exited"  # sys.exit / os._exit before reporting
     raised = "raised"
     problem_error = "problem_error"  # the problem's reference failed, not the candidate
+    output_flood = "output_flood"  # printed more than a job may (tools/verify/output_watch.py)
     # timeout
     timed_out = "timed_out"
     # incorrect
@@ -147,7 +148,8 @@ class Code(str, Enum):
 _CODES_BY_STATUS = {
     Status.correct: ("correct",),
     Status.compile_error: ("syntax", "cut_off", "no_modelnew", "modelnew_failed", "import_failed", "compile_failed"),
-    Status.runtime_error: ("out_of_memory", "crashed", "worker_died", "exited", "raised", "problem_error"),
+    Status.runtime_error: ("out_of_memory", "crashed", "worker_died", "exited", "raised", "problem_error",
+                           "output_flood"),
     Status.timeout: ("timed_out",),
     Status.incorrect: ("wrong_type", "nonfinite", "mismatch", "off_on_most", "biased", "stale_on_fresh_inputs",
                        "wrong_on_extra_sets"),

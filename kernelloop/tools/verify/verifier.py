@@ -13,6 +13,7 @@ checks) is a claim; what decides a verdict is what this process computed or obse
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import signal
@@ -33,6 +34,7 @@ from kernelloop.tools.profile.timing import speedup_from_rounds
 from kernelloop.tools.verify import budget, interpreter_order, trusted_cache, workers
 from kernelloop.tools.verify.compare import Comparison, compare_device, compare_outputs, tolerance_for
 from kernelloop.tools.verify.localise import describe, irregular, localise
+from kernelloop.tools.verify.output_watch import FLOOD_BYTES, OutputWatch
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer, problem_file
 from kernelloop.tools.verify.speed import SpeedJudgement, summarize_all
 from kernelloop.tools.verify.static_check import first_broken_rule
@@ -355,6 +357,9 @@ class Verifier:
         file_size = 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs))
         session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
                                     file_size_bytes=file_size)
+        # A job that prints without end is killed as it floods, not at its phase's limit.
+        watch = OutputWatch(session.dir.fd, functools.partial(session.zygote._kill_group, session.pid)) \
+            if session.pid is not None else None
         if self.time_it:
             # While the candidate compiles and runs its trials, the trusted job imports the compiler
             # and, on a problem's first verification, builds the baselines (torch.compile's first
@@ -372,8 +377,15 @@ class Verifier:
                                device=self.device)
         finally:
             laps.lap({"compile": "candidate", "trials": "compare"}.get(session.phase, session.phase))
+            if watch is not None:
+                watch.stop()  # before the job's group is gone: no kill outlives it
             session.send({"done": {}})  # its last report (claims, costs), if it still follows the protocol
             outcome = session.finish(wait_s=DONE_WAIT_S)
+        flood = watch.found() if watch is not None else None
+        if flood is not None:  # however it would have ended otherwise
+            verdict = Verdict(status=Status.runtime_error, code=Code.output_flood, device=self.device,
+                              reason=f"output flood: {flood} printed, over the {FLOOD_BYTES >> 20} MiB a job may "
+                                     f"print (killed as it crossed it)")
         if verdict is None:
             verdict = self._ended_early(outcome)
         verdict.stdout_tail, verdict.stderr_tail = outcome.stdout_tail, outcome.stderr_tail
