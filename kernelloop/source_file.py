@@ -44,7 +44,7 @@ def read_source_bytes(path: Path, what: str, limit: int = defaults.MAX_SOURCE_BY
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise SourceFileError(f"{path}: is {_kind(info.st_mode)}, not a {what} file (not read)")
+            raise SourceFileError(f"{path}: is {_kind(info.st_mode)}, not a {what} file")
         if info.st_size > limit:
             raise SourceFileError(f"{path}: {info.st_size:,} bytes, over the {limit:,}-byte limit for a {what}")
         chunks, left = [], limit + 1  # one byte over the limit shows a file that grew after fstat
