@@ -4,7 +4,9 @@ A problem is a KernelBench-format Python file: `class Model(nn.Module)`, `get_in
 `get_init_inputs()`, and optionally `get_baselines()`, `TOLERANCE`, `get_input_variants()`, and
 `INPUT_SCALES` (factors the floating inputs may be scaled by and stay valid: the verifier checks
 those too, so an approximation exact only on the usual range fails).
-Problems are trusted code (the user's own or a benchmark's) and are imported here.
+A problem is code. The user's own (`trusted`, the default) is imported here to check it; one from
+outside (`trusted=False`: an MCP or LangChain caller's, a directory bench was pointed at) is only
+parsed here and runs only in its trusted job, in the sandbox (problem_meta.py).
 
 A candidate is untrusted source with `class ModelNew(nn.Module)`. It is only parsed here,
 never imported: it runs in the sandbox.
@@ -15,7 +17,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import inspect
 import re
 import stat
 import sys
@@ -26,17 +27,12 @@ from types import ModuleType
 from typing import Any
 
 from kernelloop import defaults, source_ast
-from kernelloop.errors import error_line
+from kernelloop.errors import ProblemError, error_line
+from kernelloop.problem_meta import OPTIONAL, check_module, check_source, checked_tolerance
 from kernelloop.results import Code
 from kernelloop.source_file import SourceFileError, read_source_bytes
 
-REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES")
 _KB_NAME = re.compile(r"^(\d+)_(.+)\.py$")
-
-
-class ProblemError(ValueError):
-    """A problem or candidate file that doesn't fit the format. The message is one line."""
 
 
 def sha256_text(text: str) -> str:
@@ -101,6 +97,7 @@ class Problem:
     name: str
     level: int | None = None
     number: int | None = None
+    trusted: bool = True  # False: never imported in this process (problem_meta.py)
 
     @property
     def sha256(self) -> str:
@@ -108,18 +105,22 @@ class Problem:
 
     @cached_property
     def module(self) -> ModuleType:
+        if not self.trusted:  # the guard every in-process use of an outside problem meets
+            raise ProblemError(f"{self.path}: a problem from outside is not run in this process "
+                               "(only its trusted job, in the sandbox, runs it)")
         return import_source(self.path, f"kernelloop_problem_{self.sha256[:12]}", self.source)
 
     @property
     def tolerance(self) -> dict[str, Any]:
-        return dict(getattr(self.module, "TOLERANCE", {}) or {})
+        return checked_tolerance(getattr(self.module, "TOLERANCE", None), str(self.path))
 
     @property
     def extras(self) -> list[str]:
         return [name for name in OPTIONAL if hasattr(self.module, name)]
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Problem:
+    def from_file(cls, path: str | Path, trusted: bool = True) -> Problem:
+        """The problem in `path`, checked: imported here when `trusted`, else only parsed."""
         path = Path(path)
         if path.is_file() and path.suffix != ".py":
             raise ProblemError(f"{path}: a problem is a .py file")
@@ -134,33 +135,17 @@ class Problem:
             number = int(match.group(1))
             level_match = re.fullmatch(r"level(\d+)", path.parent.name)
             level = int(level_match.group(1)) if level_match else None
-        problem = cls(path=path.resolve(), source=source, name=path.stem, level=level, number=number)
+        problem = cls(path=path.resolve(), source=source, name=path.stem, level=level, number=number, trusted=trusted)
         problem.validate()
         return problem
 
     def validate(self) -> None:
-        """Import the file and check the names and signatures the format needs."""
-        import torch.nn as nn
-
-        module = self.module
-        missing = [name for name in REQUIRED if not hasattr(module, name)]
-        if missing:
-            raise ProblemError(f"{self.path}: missing {', '.join(missing)} (a problem needs {', '.join(REQUIRED)})")
-        if not (inspect.isclass(module.Model) and issubclass(module.Model, nn.Module)):
-            raise ProblemError(f"{self.path}: Model must be a subclass of torch.nn.Module")
-        for fn in ("get_inputs", "get_init_inputs"):
-            obj = getattr(module, fn)
-            if not callable(obj):
-                raise ProblemError(f"{self.path}: {fn} must be a function")
-            if any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                   for p in inspect.signature(obj).parameters.values()):
-                raise ProblemError(f"{self.path}: {fn}() must take no arguments")
-        tolerance = getattr(module, "TOLERANCE", None)
-        if tolerance is not None and not isinstance(tolerance, dict):
-            raise ProblemError(f"{self.path}: TOLERANCE must be a dict like {{'float32': {{'atol': 1e-4, 'rtol': 1e-4}}}}")
-        scales = getattr(module, "INPUT_SCALES", ())
-        if not (isinstance(scales, (tuple, list)) and all(isinstance(x, (int, float)) and x > 0 for x in scales)):
-            raise ProblemError(f"{self.path}: INPUT_SCALES must be a tuple of positive numbers like (1e-3, 1e3)")
+        """Check the names and signatures the format needs: on the imported module when trusted,
+        else on the parsed source (its trusted job checks the module, in the sandbox)."""
+        if self.trusted:
+            check_module(self.module, str(self.path))
+        else:
+            check_source(self.source, str(self.path))
 
 
 @dataclass(frozen=True)
@@ -223,10 +208,12 @@ def _not_a_file(path: Path) -> bool:
     return not stat.S_ISREG(info.st_mode) or info.st_size > defaults.MAX_SOURCE_BYTES
 
 
-def load_dir(directory: str | Path, subset: str | None = None, skipped: list[str] | None = None) -> list[Problem]:
+def load_dir(directory: str | Path, subset: str | None = None, skipped: list[str] | None = None,
+             trusted: bool = True) -> list[Problem]:
     """Every problem file in a directory (sorted by KernelBench number, then name). With
     `skipped`, an entry that is no file to read (a symlink, a pipe, a device, one too large) is
-    left out with its one line added there, so the others still run; without it, it is an error."""
+    left out with its one line added there, so the others still run; without it, it is an error.
+    `trusted`: as Problem.from_file (False: a directory someone else wrote, never imported here)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ProblemError(f"{directory}: no such directory")
@@ -236,7 +223,7 @@ def load_dir(directory: str | Path, subset: str | None = None, skipped: list[str
         if path.name.startswith("_"):
             continue
         try:
-            problem = Problem.from_file(path)
+            problem = Problem.from_file(path, trusted)
         except ProblemError as exc:
             if skipped is None or not _not_a_file(path):
                 raise
@@ -248,10 +235,10 @@ def load_dir(directory: str | Path, subset: str | None = None, skipped: list[str
 
 
 def load_kernelbench(root: str | Path, level: int, subset: str | None = None,
-                     skipped: list[str] | None = None) -> list[Problem]:
+                     skipped: list[str] | None = None, trusted: bool = True) -> list[Problem]:
     """Problems of one level of a KernelBench checkout (`ROOT/KernelBench/levelL/N_Name.py`)."""
     root = Path(root)
     for candidate_dir in (root / "KernelBench" / f"level{level}", root / f"level{level}"):
         if candidate_dir.is_dir():
-            return load_dir(candidate_dir, subset, skipped)
+            return load_dir(candidate_dir, subset, skipped, trusted)
     raise ProblemError(f"{root}: no KernelBench/level{level} directory (pass the checkout's root)")

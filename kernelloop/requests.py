@@ -75,9 +75,11 @@ class ProblemInput(BaseModel):
     problem_name: str = Field(default="problem", description="file name (no .py) for a problem given as text")
 
     def load_problem(self, workspace: Path) -> Problem:
+        """The problem, never imported in this process: a caller's problem is code we don't trust
+        (it would run beside the API key, and could patch the comparison for every later call)."""
         path = _path_or_text(self.problem_path, self.problem_source, self.problem_name, "problem",
                              workspace / "jobs" / "inputs")
-        return Problem.from_file(path)
+        return Problem.from_file(path, trusted=False)
 
 
 class CandidateInput(ProblemInput):

@@ -82,9 +82,10 @@ def resolve_suite(suite: str, root: Path | None = None, level: int | None = None
     elif suite == "kernelbench":
         if root is None or level is None:
             raise ProblemError("the kernelbench suite needs --root (the KernelBench checkout) and --level")
-        found = Suite(f"kernelbench-level{level}", "kernelbench", kernelbench_problems(root, level, subset, skipped))
-    elif Path(suite).is_dir():
-        found = Suite(Path(suite).resolve().name, "directory", load_dir(suite, subset, skipped))
+        found = Suite(f"kernelbench-level{level}", "kernelbench",
+                      kernelbench_problems(root, level, subset, skipped, trusted=False))
+    elif Path(suite).is_dir():  # a directory someone else may have written: its problems run only in the sandbox
+        found = Suite(Path(suite).resolve().name, "directory", load_dir(suite, subset, skipped, trusted=False))
     else:
         raise ProblemError(f"unknown suite {suite!r}: use attention, kernelbench or a directory of problem files")
     if not found.problems:
