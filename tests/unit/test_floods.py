@@ -3,7 +3,7 @@
 The review's case: a forward that prints one 300 MB line with no newline stalled the parent for
 304 s (the run phase's limit, on an H100 where the timing loop calls forward thousands of times).
 The parent reads only bounded tails of the streams; the watch on their size (output_watch.py)
-kills a job as it passes 64 MiB, so a flood is a verdict in seconds. The bounds below are hang
+kills a job as it passes 256 MiB, so a flood is a verdict in seconds. The bounds below are hang
 and leak detectors, generous for a slow shared machine, not benchmarks: the phase limits are set
 to 120 s so that a flood left to run would fail the time bound.
 """
