@@ -153,3 +153,31 @@ def test_a_run_report_escapes_reasons_and_critiques():
     assert row.count(" | ") == 6 and "\\[link\\]" in row and "![x]" not in row
     attempt.verdict.reason = "x\r\n| forged | row |"
     assert "\n" not in _attempt_row(attempt, "eager")
+
+
+def test_runs_list_show_and_a_runs_report_take_any_reason(tmp_path):
+    """`kernelloop runs show` printed a verdict's reason as Rich markup: `[/]` in it was a crash."""
+    from typer.testing import CliRunner
+
+    from kernelloop.cli import app
+    from kernelloop.runs import solve
+    from tests.graph.scripted import RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier
+
+    reason = "boom [/] [bold red]x[/bold red]\r![p](/etc/passwd) \x1b[31m"
+
+    class Hostile(ScriptedVerifier):
+        def verify(self, candidate, problem) -> Verdict:
+            verdict = super().verify(candidate, problem)
+            verdict.reason = reason
+            return verdict
+
+    solve(RELU_PROBLEM, chat_client=ScriptedChatClient(), verifier=Hostile(), workspace=tmp_path, candidates=2,
+          thread_id="t", analyze=lambda problem: None)
+    for args in (["runs", "show", "t"], ["runs", "list"]):
+        result = CliRunner().invoke(app, [*args, "--workspace", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.stdout and "\r" not in result.stdout
+    shown = CliRunner().invoke(app, ["runs", "show", "t", "--workspace", str(tmp_path)], env={"COLUMNS": "400"})
+    assert "boom [/] [bold red]x[/bold red]" in shown.stdout
+    report = (tmp_path / "runs" / "t" / "report.md").read_text()
+    assert "boom \\[/\\] \\[bold red\\]x\\[/bold red\\] !\\[p\\](/etc/passwd)" in report
