@@ -181,3 +181,30 @@ def test_runs_list_show_and_a_runs_report_take_any_reason(tmp_path):
     assert "boom [/] [bold red]x[/bold red]" in shown.stdout
     report = (tmp_path / "runs" / "t" / "report.md").read_text()
     assert "boom \\[/\\] \\[bold red\\]x\\[/bold red\\] !\\[p\\](/etc/passwd)" in report
+
+
+def test_the_corpus_text_attacks_end_to_end(tmp_path, monkeypatch):
+    """The two corpus fixtures of this class, judged by the real verifier (static rules off: one
+    forges its own result on the job's channel), then printed by the CLI and put in bench's report."""
+    from pathlib import Path
+
+    from kernelloop.cli import verify_cmd
+    from kernelloop.evals.report import write_report
+    from kernelloop.problem import Candidate, Problem
+    from kernelloop.tools.verify.verifier import Verifier
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    passwd = Path("/etc/passwd").read_bytes() if Path("/etc/passwd").is_file() else b"root:x:0:0"
+    with Verifier(device="cpu", workspace=tmp_path / "ws", time_it=False, static_checks=False) as verifier:
+        for name in ("markup_in_reason", "report_image_in_reason"):
+            verdict = verifier.verify(Candidate.from_file(fixtures / "cheats" / f"{name}.py"),
+                                      Problem.from_file(fixtures / "problems" / "relu.py"))
+            assert verdict.status is Status.runtime_error, verdict.reason
+            out = _capture(monkeypatch, verify_cmd)
+            verify_cmd.print_verdict(verdict)
+            assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+            files = write_report(tmp_path / name, _bench_summary(verdict.reason))
+            page = files.report_html.read_text()
+            assert base64.b64encode(passwd).decode()[:40] not in page and passwd[:20].decode() not in page
+            assert "<img src=file" not in page
+    assert "[/]" in out.getvalue() or "leak" in out.getvalue()
