@@ -33,6 +33,7 @@ from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.requests import RequestError, SolveRequest, VerifyRequest
 from kernelloop.results import Code, Status, Verdict
 from kernelloop.runs import RunCancelled
+from kernelloop.safe_text import one_line
 from kernelloop.starts import StartRecord
 from kernelloop.tools.verify.pool import VerifierPool, local_devices, make_pool
 
@@ -202,7 +203,7 @@ class JobManager:
             except JobCancelled as exc:
                 job.update(state="cancelled", message=str(exc))
             except Exception as exc:  # the job fails alone; its status carries the reason
-                reason = error_line(exc)
+                reason = one_line(error_line(exc), 4000)
                 job.update(state="failed", error=reason, message=reason)
             finally:
                 if job.status.kind == "solve":

@@ -4,7 +4,9 @@ A problem is a KernelBench-format Python file: `class Model(nn.Module)`, `get_in
 `get_init_inputs()`, and optionally `get_baselines()`, `TOLERANCE`, `get_input_variants()`, and
 `INPUT_SCALES` (factors the floating inputs may be scaled by and stay valid: the verifier checks
 those too, so an approximation exact only on the usual range fails).
-Problems are trusted code (the user's own or a benchmark's) and are imported here.
+A problem is code. The user's own (`trusted`, the default) is imported here to check it; one from
+outside (`trusted=False`: an MCP or LangChain caller's, a directory bench was pointed at) is only
+parsed here and runs only in its trusted job, in the sandbox (problem_meta.py).
 
 A candidate is untrusted source with `class ModelNew(nn.Module)`. It is only parsed here,
 never imported: it runs in the sandbox.
@@ -15,8 +17,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import inspect
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,16 +27,12 @@ from types import ModuleType
 from typing import Any
 
 from kernelloop import defaults, source_ast
-from kernelloop.errors import error_line
+from kernelloop.errors import ProblemError, error_line
+from kernelloop.problem_meta import OPTIONAL, check_module, check_source, checked_tolerance
 from kernelloop.results import Code
+from kernelloop.source_file import SourceFileError, read_source_bytes
 
-REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES")
 _KB_NAME = re.compile(r"^(\d+)_(.+)\.py$")
-
-
-class ProblemError(ValueError):
-    """A problem or candidate file that doesn't fit the format. The message is one line."""
 
 
 def sha256_text(text: str) -> str:
@@ -48,14 +46,13 @@ def check_source_size(size: int, where: str, what: str) -> None:
 
 
 def read_source(path: Path, what: str) -> str:
-    """The text of a problem or candidate file; a directory, a missing, oversized or undecodable
-    file is a one-line ProblemError naming the file."""
-    if path.is_dir():
-        raise ProblemError(f"{path}: is a directory, not a {what} file")
-    if not path.is_file():
-        raise ProblemError(f"{path}: no such {what} file")
-    check_source_size(path.stat().st_size, str(path), what)
-    data = path.read_bytes()
+    """The text of a problem or candidate file; a missing, oversized or undecodable file, a
+    directory, a symlink (never followed), a named pipe, a socket or a device is a one-line
+    ProblemError naming the file, never a hang (source_file.py)."""
+    try:
+        data = read_source_bytes(Path(path), what)
+    except SourceFileError as exc:
+        raise ProblemError(str(exc)) from None
     try:
         return data.decode("utf-8")  # Python source is UTF-8; the locale's encoding is not the file's
     except UnicodeDecodeError as exc:
@@ -63,8 +60,9 @@ def read_source(path: Path, what: str) -> str:
                            f"a {what} is a Python source file") from None
 
 
-def import_source(path: Path, module_name: str) -> ModuleType:
-    """Import a Python file as a fresh module; every failure becomes a one-line ProblemError."""
+def import_source(path: Path, module_name: str, source: str | None = None) -> ModuleType:
+    """Import a Python file as a fresh module (from `source`, the text already read and checked,
+    where given: the file is not read again); every failure becomes a one-line ProblemError."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ProblemError(f"{path}: not an importable Python file")
@@ -75,11 +73,15 @@ def import_source(path: Path, module_name: str) -> ModuleType:
         # Compiled from its source every time, never through a .pyc: a trusted worker keeps bytecode
         # (workers.py), and a cached one is matched by the file's mtime in seconds and its size alone,
         # so a problem edited within the same second at the same size would run as it was before.
-        code = compile(Path(path).read_bytes(), str(path), "exec", dont_inherit=True)
+        text = source if source is not None else read_source_bytes(Path(path), "Python")
+        code = compile(text, str(path), "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - the loader's exec_module without its bytecode cache
     except SyntaxError as exc:
         del sys.modules[module_name]
         raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except SourceFileError as exc:
+        del sys.modules[module_name]
+        raise ProblemError(str(exc)) from None
     except Exception as exc:  # a problem file may fail in any way while importing
         del sys.modules[module_name]
         raise ProblemError(f"{path}: import failed: {error_line(exc)}") from None
@@ -95,6 +97,7 @@ class Problem:
     name: str
     level: int | None = None
     number: int | None = None
+    trusted: bool = True  # False: never imported in this process (problem_meta.py)
 
     @property
     def sha256(self) -> str:
@@ -102,18 +105,22 @@ class Problem:
 
     @cached_property
     def module(self) -> ModuleType:
-        return import_source(self.path, f"kernelloop_problem_{self.sha256[:12]}")
+        if not self.trusted:  # the guard every in-process use of an outside problem meets
+            raise ProblemError(f"{self.path}: a problem from outside is not run in this process "
+                               "(only its trusted job, in the sandbox, runs it)")
+        return import_source(self.path, f"kernelloop_problem_{self.sha256[:12]}", self.source)
 
     @property
     def tolerance(self) -> dict[str, Any]:
-        return dict(getattr(self.module, "TOLERANCE", {}) or {})
+        return checked_tolerance(getattr(self.module, "TOLERANCE", None), str(self.path))
 
     @property
     def extras(self) -> list[str]:
         return [name for name in OPTIONAL if hasattr(self.module, name)]
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Problem:
+    def from_file(cls, path: str | Path, trusted: bool = True) -> Problem:
+        """The problem in `path`, checked: imported here when `trusted`, else only parsed."""
         path = Path(path)
         if path.is_file() and path.suffix != ".py":
             raise ProblemError(f"{path}: a problem is a .py file")
@@ -128,33 +135,17 @@ class Problem:
             number = int(match.group(1))
             level_match = re.fullmatch(r"level(\d+)", path.parent.name)
             level = int(level_match.group(1)) if level_match else None
-        problem = cls(path=path.resolve(), source=source, name=path.stem, level=level, number=number)
+        problem = cls(path=path.resolve(), source=source, name=path.stem, level=level, number=number, trusted=trusted)
         problem.validate()
         return problem
 
     def validate(self) -> None:
-        """Import the file and check the names and signatures the format needs."""
-        import torch.nn as nn
-
-        module = self.module
-        missing = [name for name in REQUIRED if not hasattr(module, name)]
-        if missing:
-            raise ProblemError(f"{self.path}: missing {', '.join(missing)} (a problem needs {', '.join(REQUIRED)})")
-        if not (inspect.isclass(module.Model) and issubclass(module.Model, nn.Module)):
-            raise ProblemError(f"{self.path}: Model must be a subclass of torch.nn.Module")
-        for fn in ("get_inputs", "get_init_inputs"):
-            obj = getattr(module, fn)
-            if not callable(obj):
-                raise ProblemError(f"{self.path}: {fn} must be a function")
-            if any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                   for p in inspect.signature(obj).parameters.values()):
-                raise ProblemError(f"{self.path}: {fn}() must take no arguments")
-        tolerance = getattr(module, "TOLERANCE", None)
-        if tolerance is not None and not isinstance(tolerance, dict):
-            raise ProblemError(f"{self.path}: TOLERANCE must be a dict like {{'float32': {{'atol': 1e-4, 'rtol': 1e-4}}}}")
-        scales = getattr(module, "INPUT_SCALES", ())
-        if not (isinstance(scales, (tuple, list)) and all(isinstance(x, (int, float)) and x > 0 for x in scales)):
-            raise ProblemError(f"{self.path}: INPUT_SCALES must be a tuple of positive numbers like (1e-3, 1e3)")
+        """Check the names and signatures the format needs: on the imported module when trusted,
+        else on the parsed source (its trusted job checks the module, in the sandbox)."""
+        if self.trusted:
+            check_module(self.module, str(self.path))
+        else:
+            check_source(self.source, str(self.path))
 
 
 @dataclass(frozen=True)
@@ -207,26 +198,47 @@ def parse_subset(spec: str | None) -> set[int] | None:
     return chosen
 
 
-def load_dir(directory: str | Path, subset: str | None = None) -> list[Problem]:
-    """Every problem file in a directory (sorted by KernelBench number, then name)."""
+def _not_a_file(path: Path) -> bool:
+    """A directory entry that is no problem file to read at all: a symlink, a pipe, a socket, a
+    device, a directory, or one over the size limit (lstat: a link is not followed)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return True
+    return not stat.S_ISREG(info.st_mode) or info.st_size > defaults.MAX_SOURCE_BYTES
+
+
+def load_dir(directory: str | Path, subset: str | None = None, skipped: list[str] | None = None,
+             trusted: bool = True) -> list[Problem]:
+    """Every problem file in a directory (sorted by KernelBench number, then name). With
+    `skipped`, an entry that is no file to read (a symlink, a pipe, a device, one too large) is
+    left out with its one line added there, so the others still run; without it, it is an error.
+    `trusted`: as Problem.from_file (False: a directory someone else wrote, never imported here)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ProblemError(f"{directory}: no such directory")
     wanted = parse_subset(subset)
     problems = []
-    for path in directory.glob("*.py"):
+    for path in sorted(directory.glob("*.py")):
         if path.name.startswith("_"):
             continue
-        problem = Problem.from_file(path)
+        try:
+            problem = Problem.from_file(path, trusted)
+        except ProblemError as exc:
+            if skipped is None or not _not_a_file(path):
+                raise
+            skipped.append(str(exc))
+            continue
         if wanted is None or problem.number in wanted:
             problems.append(problem)
     return sorted(problems, key=lambda p: (p.number if p.number is not None else sys.maxsize, p.name))
 
 
-def load_kernelbench(root: str | Path, level: int, subset: str | None = None) -> list[Problem]:
+def load_kernelbench(root: str | Path, level: int, subset: str | None = None,
+                     skipped: list[str] | None = None, trusted: bool = True) -> list[Problem]:
     """Problems of one level of a KernelBench checkout (`ROOT/KernelBench/levelL/N_Name.py`)."""
     root = Path(root)
     for candidate_dir in (root / "KernelBench" / f"level{level}", root / f"level{level}"):
         if candidate_dir.is_dir():
-            return load_dir(candidate_dir, subset)
+            return load_dir(candidate_dir, subset, skipped, trusted)
     raise ProblemError(f"{root}: no KernelBench/level{level} directory (pass the checkout's root)")

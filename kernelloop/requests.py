@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 
-from kernelloop import defaults
+from kernelloop import defaults, safe_text
 from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
 from kernelloop.starts import StartRecord, resolve_start
 
@@ -42,8 +42,10 @@ class RequestError(ValueError):
 def one_line(error: ValueError) -> str:
     """A bad-input error as the one line a caller reads (pydantic's: each field and what is wrong with it)."""
     if isinstance(error, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+        line = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
+    else:
+        line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return safe_text.one_line(line, 4000)  # a problem's own error may be in it: bounded, no control characters
 
 
 T = TypeVar("T")
@@ -73,9 +75,11 @@ class ProblemInput(BaseModel):
     problem_name: str = Field(default="problem", description="file name (no .py) for a problem given as text")
 
     def load_problem(self, workspace: Path) -> Problem:
+        """The problem, never imported in this process: a caller's problem is code we don't trust
+        (it would run beside the API key, and could patch the comparison for every later call)."""
         path = _path_or_text(self.problem_path, self.problem_source, self.problem_name, "problem",
                              workspace / "jobs" / "inputs")
-        return Problem.from_file(path)
+        return Problem.from_file(path, trusted=False)
 
 
 class CandidateInput(ProblemInput):

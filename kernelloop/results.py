@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from kernelloop import safe_text
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Enum):
@@ -112,6 +114,7 @@ class Code(str, Enum):
     exited = "exited"  # sys.exit / os._exit before reporting
     raised = "raised"
     problem_error = "problem_error"  # the problem's reference failed, not the candidate
+    output_flood = "output_flood"  # printed more than a job may (tools/verify/output_watch.py)
     # timeout
     timed_out = "timed_out"
     # incorrect
@@ -146,7 +149,8 @@ class Code(str, Enum):
 _CODES_BY_STATUS = {
     Status.correct: ("correct",),
     Status.compile_error: ("syntax", "cut_off", "no_modelnew", "modelnew_failed", "import_failed", "compile_failed"),
-    Status.runtime_error: ("out_of_memory", "crashed", "worker_died", "exited", "raised", "problem_error"),
+    Status.runtime_error: ("out_of_memory", "crashed", "worker_died", "exited", "raised", "problem_error",
+                           "output_flood"),
     Status.timeout: ("timed_out",),
     Status.incorrect: ("wrong_type", "nonfinite", "mismatch", "off_on_most", "biased", "stale_on_fresh_inputs",
                        "wrong_on_extra_sets"),
@@ -434,9 +438,26 @@ class Verdict(Record):
         self.status = Status(self.status)
         self.code = code_of(self.code)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Its text is the candidate's as often as not (an exception's message, what it printed):
+        # kept bounded and free of control characters however it is set, read back or assigned.
+        object.__setattr__(self, name, _kept_text(name, value))
+
     @property
     def ok(self) -> bool:
         return self.status is Status.correct
+
+
+def _kept_text(name: str, value: Any) -> Any:
+    if name == "reason":
+        return safe_text.one_line(value)
+    if name == "feedback":
+        return safe_text.clean(value)
+    if name in ("stdout_tail", "stderr_tail"):
+        return safe_text.clean(value, safe_text.TAIL_CHARS, keep="tail")
+    if name in ("warnings", "suspicious", "own_kernels", "library_ops"):
+        return safe_text.items(value, safe_text.REASON_CHARS)
+    return value
 
 
 def rejected(code: Code, reason: str, feedback: str = "", **extra: Any) -> Verdict:

@@ -231,7 +231,8 @@ def solve(problem: Problem | str | Path, *, budget_s: float = defaults.BUDGET_S,
                            sampling=_sampling(chat_client), target_speedup=target_speedup, baseline=baseline,
                            max_rounds=max_rounds, candidates=candidates, budget_s=budget_s,
                            interactive=interactive, critic_model=critic_model)
-    record = ProblemRecord(name=problem.name, path=str(problem.path), source=problem.source, sha256=problem.sha256)
+    record = ProblemRecord(name=problem.name, path=str(problem.path), source=problem.source, sha256=problem.sha256,
+                           trusted=problem.trusted)
     space = workspace_dir(workspace)
     thread_id = thread_id or new_thread_id(problem.name)
     with _judge(verifier, device, space) as judge, _session(thread_id, space, checkpoint_url) as (graph, run):

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from kernelloop import defaults
+from kernelloop.safe_text import REASON_CHARS, one_line
 from kernelloop.units import format_duration, format_target, parse_duration_s, parse_target
 
 if TYPE_CHECKING:
@@ -38,9 +40,20 @@ SETTINGS_NOTE = ("Unset flags come from KERNELLOOP_* variables, .env or kernello
                  "(`kernelloop doctor` shows which).")
 
 
+def plain(text: object, limit: int = REASON_CHARS, style: str = "") -> Text:
+    """Text someone else wrote (a verdict's reason, a kernel's or a problem's name) for a Rich
+    table or print: one line, bounded, no control characters, never read as markup."""
+    return Text(one_line(text, limit), style=style)
+
+
+def quoted(text: object, limit: int = REASON_CHARS) -> str:
+    """The same, to go inside a string that is read as markup."""
+    return escape(one_line(text, limit))
+
+
 def fail_usage(message: str) -> NoReturn:
     """Bad usage: one line on stderr, exit code 2."""
-    errors.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    errors.print(f"[red]error:[/red] {quoted(message, 4000)}", highlight=False)
     raise typer.Exit(2)
 
 

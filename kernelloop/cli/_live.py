@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.prompt import Prompt
 from rich.table import Table
 
-from kernelloop.cli._common import errors
+from kernelloop.cli._common import errors, plain, quoted
 
 if TYPE_CHECKING:  # the graph loads only when a run starts, never for --help
     from kernelloop.graph.context import RunEvent
@@ -65,7 +65,7 @@ class LiveView:
         if event.attempt_id:
             self.rows[event.attempt_id] = [event.attempt_id, event.kind, event.status or "",
                                            f"{event.speedup:.3g}x" if event.speedup is not None else "",
-                                           event.message[:90]]
+                                           event.message]
         self.note = {"planning": "planning", "planned": "plan ready", "critiqued": "critique ready",
                      "finished": f"finished: {event.message}", "retrying": f"model retrying: {event.message}",
                      "asked_live": event.message[:90], "reasoning": f"thinking: ...{event.message[-70:]}"
@@ -80,7 +80,7 @@ class LiveView:
     def _render(self) -> Group:
         s = self.summary
         if s is None:
-            header = f"kernelloop: {self.note}"
+            header = f"kernelloop: {quoted(self.note, 200)}"
         else:
             spent = s.spent_s + (time.monotonic() - self._synced_at if s.run_status == "running" else 0.0)
             left = f"{max(0.0, s.budget_s - spent) / 60:.1f} min left" if s.budget_s else f"{spent:.0f} s"
@@ -88,11 +88,13 @@ class LiveView:
                 if s.best_id else "none yet"
             cost = f" ${s.tokens.cost_usd:.3f}" if s.tokens.cost_usd is not None else ""
             tokens = f"{s.tokens.total_tokens:,} tokens{cost}"
-            header = (f"[bold]{s.thread_id}[/] round {s.rounds} | {s.attempts} attempts | best {best} | {left} | "
-                      f"{tokens} | {self.note}")
+            header = (f"[bold]{quoted(s.thread_id)}[/] round {s.rounds} | {s.attempts} attempts | best {quoted(best)} | "
+                      f"{left} | {tokens} | {quoted(self.note, 200)}")
+        # A verdict's reason (the candidate's words as often as not) is shown as text, never as markup.
         table = Table("attempt", "step", "verdict", "speedup", "", box=None, padding=(0, 1))
         for row in list(self.rows.values())[-12:]:
-            table.add_row(row[0], row[1], f"[{STYLE.get(row[2], '')}]{row[2]}[/]" if row[2] else "", row[3], row[4])
+            table.add_row(plain(row[0]), plain(row[1]), plain(row[2], style=STYLE.get(row[2], "")), row[3],
+                          plain(row[4], 90))
         return Group(header, table)
 
 
@@ -110,7 +112,7 @@ def ask_review(payload: dict, view: LiveView | None = None) -> Review:
             hint = Prompt.ask("hint for the coders (enter for none)", default="", console=errors)
             return Review(action={"a": "approve", "e": "edit" if plan else "approve", "s": "stop"}[action],
                           plan=plan, hint=hint or None)
-        errors.print(f"round {payload.get('round')} done; best: {payload.get('best') or 'none'}; "
+        errors.print(f"round {payload.get('round')} done; best: {quoted(payload.get('best') or 'none')}; "
                      f"{payload.get('spent_s', 0):.0f}/{payload.get('budget_s', 0):.0f} s spent")
         action = Prompt.ask("continue or stop", choices=["c", "s"], default="c", console=errors)
         hint = Prompt.ask("hint for the coders (enter for none)", default="", console=errors) if action == "c" else ""

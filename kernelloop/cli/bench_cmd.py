@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from kernelloop.cli._app import app
@@ -29,6 +28,8 @@ from kernelloop.cli._common import (
     device_flag,
     errors,
     fail_usage,
+    plain,
+    quoted,
     settings,
 )
 
@@ -121,19 +122,19 @@ def _print_summary(summary: BenchSummary) -> None:
     from kernelloop.evals.report import tokens_line
 
     if summary.mode is Mode.baselines:
-        console.print(f"[bold]{summary.suite}[/bold]: baselines timed for {summary.problems} problem(s); "
-                      f"{tokens_line(summary)}", highlight=False)
+        console.print(f"[bold]{quoted(summary.suite)}[/bold]: baselines timed for {summary.problems} problem(s); "
+                      f"{quoted(tokens_line(summary))}", highlight=False)
         return
-    console.print(f"[bold]{summary.suite}[/bold] ({summary.mode.value}): {summary.solved}/{summary.problems} "
+    console.print(f"[bold]{quoted(summary.suite)}[/bold] ({summary.mode.value}): {summary.solved}/{summary.problems} "
                   f"solved, correctness rate {100 * (summary.correctness_rate or 0):.1f}%")
     table = Table("against", *(f"fast_{p}" for p in summary.fast_p), "geomean", "timed", box=None, padding=(0, 2))
     for name, metrics in summary.by_baseline.items():
         geomean = "-" if metrics.geomean_speedup is None else f"{metrics.geomean_speedup:.2f}x"
         # fast_p over 0 means nothing without a timing: "not timed", never a 0.0% that reads as slow
         cells = [f"{100 * v:.1f}%" if p == "0" or metrics.timed else "not timed" for p, v in metrics.fast_p.items()]
-        table.add_row(name, *cells, geomean, str(metrics.timed))
+        table.add_row(plain(name), *cells, geomean, str(metrics.timed))  # a problem may name its own baselines
     console.print(table)
-    console.print(tokens_line(summary), highlight=False)
+    console.print(plain(tokens_line(summary), 4000), highlight=False)
 
 
 @app.command(epilog=SETTINGS_NOTE)
@@ -195,6 +196,8 @@ def bench(
         pool = _open_pool(device, ray, space)  # PoolError: no GPU, no Ray, no cluster (in seconds)
     except ValueError as exc:  # ProblemError, ConfigError, PoolError: one line
         fail_usage(str(exc).splitlines()[0])
+    for line in chosen.skipped:  # a pipe, a symlink, a device among the problems: that one is left out
+        errors.print(f"[yellow]warning:[/yellow] problem file not read: {quoted(line, 4000)}", highlight=False)
     try:
         if mode is Mode.baselines and pool.device == "cpu":
             fail_usage("--baselines-only times kernels and needs a CUDA GPU; torch sees none here")
@@ -216,7 +219,7 @@ def bench(
         except ProblemError as exc:
             fail_usage(str(exc))
         except BenchStopped as exc:  # the sandbox or the verifier failed: one line, exit 1, a rerun resumes
-            errors.print(f"[red]error:[/red] {escape(str(exc).splitlines()[0])}; fix it and rerun the same command "
+            errors.print(f"[red]error:[/red] {quoted(str(exc), 4000)}; fix it and rerun the same command "
                          "(finished problems are skipped)", highlight=False)
             raise typer.Exit(1) from None
         except OSError as exc:  # a full or read-only --out: one line; a rerun resumes what was written
@@ -228,8 +231,8 @@ def bench(
         pool.close()
     _print_summary(result.summary)
     if result.skipped:
-        console.print(f"resumed: {result.skipped} problem(s) already in {result.results_path}")
-    console.print(f"report: {result.files.report_md} (and {result.files.report_html.name} beside it)",
+        console.print(plain(f"resumed: {result.skipped} problem(s) already in {result.results_path}", 4000))
+    console.print(plain(f"report: {result.files.report_md} (and {result.files.report_html.name} beside it)", 4000),
                   highlight=False)
     if json_out:
         print(result.summary.model_dump_json())

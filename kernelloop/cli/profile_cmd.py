@@ -10,7 +10,16 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelloop.cli._app import app
-from kernelloop.cli._common import WORKSPACE_HELP, device_flag, fail_usage, load_candidate, load_problem, settings
+from kernelloop.cli._common import (
+    WORKSPACE_HELP,
+    device_flag,
+    fail_usage,
+    load_candidate,
+    load_problem,
+    plain,
+    quoted,
+    settings,
+)
 from kernelloop.cli.verify_cmd import print_verdict, showing_phases
 from kernelloop.results import Profile
 
@@ -25,7 +34,7 @@ def print_profile(profile: dict) -> None:
         return
     table = Table("kernel", "kind", "calls", "mean ms", "%", box=None, padding=(0, 2))
     for row in record.kernels:
-        table.add_row(row.name[:70], row.kind, str(row.calls), f"{row.mean_ms:.4f}", f"{100 * row.share:.1f}")
+        table.add_row(plain(row.name, 70), plain(row.kind), str(row.calls), f"{row.mean_ms:.4f}", f"{100 * row.share:.1f}")
     console.print(table)
     console.print(f"device time: own {100 * record.own_share:.1f}%  library {100 * record.library_share:.1f}%  "
                   f"other {100 * record.other_share:.1f}%")
@@ -41,12 +50,13 @@ def print_ncu(report) -> None:
         brief = kernel.brief()
         stalls = ", ".join(f"{reason} {value:.2f}" for reason, value in brief.pop("top_stalls", []))
         name = brief.pop("kernel")
-        console.print(f"[bold]{name[:70]}[/bold]  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                             for k, v in brief.items()), highlight=False)
+        # Kernel names are the candidate's own: text, never markup.
+        console.print(f"[bold]{quoted(name, 70)}[/bold]  " + quoted("  ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in brief.items()), 4000), highlight=False)
         if stalls:
-            console.print(f"  top stalls (warps per issue): {stalls}", highlight=False)
+            console.print(f"  top stalls (warps per issue): {quoted(stalls, 4000)}", highlight=False)
     for note in report.notes:
-        console.print(f"[yellow]ncu note:[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]ncu note:[/yellow] {quoted(note, 4000)}", highlight=False)
 
 
 @app.command()

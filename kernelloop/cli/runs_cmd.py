@@ -30,10 +30,11 @@ from rich.tree import Tree
 
 from kernelloop import defaults
 from kernelloop.cli._app import app
-from kernelloop.cli._common import WORKSPACE_HELP, duration_flag, errors, fail_usage, target_flag
+from kernelloop.cli._common import WORKSPACE_HELP, duration_flag, errors, fail_usage, plain, quoted, target_flag
 from kernelloop.cli._common import workspace_path as workspace_dir
 from kernelloop.cli._live import STYLE, LiveView, ask_review
 from kernelloop.cli.solve_cmd import interrupted, print_result
+from kernelloop.safe_text import printable
 
 if TYPE_CHECKING:  # the graph loads only when a command runs, never for --help
     from kernelloop.graph.history import Branch
@@ -107,9 +108,10 @@ def list_runs(workspace: Path | None = WORKSPACE, checkpoints: str | None = CHEC
     table.columns.insert(0, Column("thread", no_wrap=True, min_width=max((len(s.thread_id) for s in summaries),
                                                                           default=6)))
     for s in summaries:
-        table.add_row(s.thread_id, s.problem, s.run_status, f"[{STYLE.get(s.status, '')}]{s.status}[/]",
+        table.add_row(plain(s.thread_id), plain(s.problem), plain(s.run_status),
+                      plain(s.status, style=STYLE.get(s.status, "")),
                       f"{s.best_speedup:.3g}x" if s.best_speedup is not None else "-", str(s.attempts),
-                      str(s.rounds), s.stop_reason or "")
+                      str(s.rounds), plain(s.stop_reason or ""))
     console.print(table if summaries else f"no runs in {space}")
 
 
@@ -139,15 +141,16 @@ def show(thread: str, turn: str | None = typer.Option(None, "--turn", help="one 
         return
     print_result(summary, False)
     console.print(f"tokens: {summary.tokens.line()}", highlight=False)
-    console.print(_branch_tree(branches(steps), Tree(f"[bold]{thread}[/] steps (fork or replay from any with a next "
-                                                     "step)")))
+    console.print(_branch_tree(branches(steps), Tree(f"[bold]{quoted(thread)}[/] steps (fork or replay from any with "
+                                                     "a next step)")))
     table = Table("attempt", "verdict", "speedup", "model s", "verify s", "tokens in/out", "reason", box=None)
     for a in attempts:
         speedup = a.speedup_vs(baseline)
-        table.add_row(a.id, f"[{STYLE.get(a.status, '')}]{a.status}[/]", f"{speedup:.3g}x" if speedup else "-",
+        table.add_row(plain(a.id), plain(a.status, style=STYLE.get(a.status, "")),
+                      f"{speedup:.3g}x" if speedup else "-",
                       f"{a.model_s:.1f}", f"{a.verify_s:.1f}" if a.verify_s is not None else "-",
                       f"{a.prompt_tokens:,}/{a.completion_tokens:,}",
-                      (a.verdict.reason if a.verdict else a.model_error or "")[:80])
+                      plain(a.verdict.reason if a.verdict else a.model_error or "", 80))
     console.print(table)
 
 
@@ -159,12 +162,12 @@ def _branch_tree(branch: Branch, tree: Tree) -> Tree:
     for s in branch.steps:
         line = (f"{s['checkpoint']}  step {s['step']}  {s['phase'] or '-'}  round {s['round']}  "
                 f"{s['attempts']} attempts  best {s['best'] or '-'}  next {', '.join(s['next']) or '-'}")
-        node = tree.add(line, highlight=False)
+        node = tree.add(plain(line, 4000), highlight=False)
         for b in forks.get(s["checkpoint"], []):
             what = [f"hint {b.hint!r}"] if b.hint else []
             what += [f"{key}={value}" for key, value in b.changes.items()]
-            _branch_tree(b, node.add(f"[bold]branch[/] from {s['checkpoint']}" +
-                                     (f": {', '.join(what)}" if what else " (a replay)")))
+            _branch_tree(b, node.add(f"[bold]branch[/] from {quoted(s['checkpoint'])}" +
+                                     (f": {quoted(', '.join(what), 4000)}" if what else " (a replay)")))
     return tree
 
 
@@ -183,19 +186,20 @@ def _show_turn(run, states: list[dict], wanted: str, json_out: bool) -> None:
         print(recorded.model_dump_json())
         return
     t = recorded.turn
-    console.print(f"[bold]{recorded.key}[/]  {run.path(ref['turn_file'])}  model {t.model}  "
+    console.print(f"[bold]{quoted(recorded.key)}[/]  {quoted(run.path(ref['turn_file']))}  model {quoted(t.model)}  "
                   f"{t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion tokens "
                   f"({t.reasoning_tokens:,} reasoning)  {t.latency_s:.1f} s  {t.attempts} HTTP attempts  "
                   f"finish {t.finish_reason}", highlight=False)
     if not t.messages:
         console.print("(this turn was recorded before messages were kept: only its prompt hash is known)")
     for message in t.messages:
-        console.print(Rule(f"sent: {message.role}"))
-        console.print(message.content, markup=False, highlight=False)
+        console.print(Rule(plain(f"sent: {message.role}")))
+        console.print(printable(message.content), markup=False, highlight=False)
+    # What the model wrote is shown whole, but never as terminal escapes.
     console.print(Rule("reasoning"))
-    console.print(t.reasoning or "(none)", markup=False, highlight=False)
+    console.print(printable(t.reasoning or "(none)"), markup=False, highlight=False)
     console.print(Rule("answer"))
-    console.print(t.content, markup=False, highlight=False)
+    console.print(printable(t.content), markup=False, highlight=False)
 
 
 @runs_app.command()
@@ -232,7 +236,7 @@ def diff(left: str = typer.Argument(..., help="THREAD (its best attempt) or THRE
     table = Table("", lname, rname, box=None)
     for key in ("status", "speedup", "candidate_ms", "reason", "model", "prompt_tokens", "completion_tokens", "lines"):
         values = [sides[s][key] for s in ("left", "right")]
-        shown = [f"{v:.3g}" if isinstance(v, float) else ("-" if v is None else str(v)[:70]) for v in values]
+        shown = [f"{v:.3g}" if isinstance(v, float) else plain("-" if v is None else v, 70) for v in values]
         table.add_row(key, *shown)
     console.print(table)
     console.print(Syntax(patch, "diff") if patch else "(the code is the same)")

@@ -34,6 +34,8 @@ from kernelloop.cli._common import (
     errors,
     fail_usage,
     load_problem,
+    plain,
+    quoted,
     settings,
 )
 from kernelloop.cli._live import LiveView, ask_review
@@ -54,14 +56,15 @@ def print_result(summary: RunSummary, json_out: bool, workspace_flag: str = "") 
         return
     speed = f"{summary.best_speedup:.3g}x over {summary.baseline}" if summary.best_speedup is not None else \
         "speed not measured"
-    console.print(f"[bold]{summary.status}[/bold] ({speed}) after {summary.attempts} attempts in {summary.rounds} "
-                  f"rounds; stopped: {summary.stop_reason or summary.run_status}", highlight=False)
+    console.print(f"[bold]{quoted(summary.status)}[/bold] ({quoted(speed)}) after {summary.attempts} attempts in "
+                  f"{summary.rounds} rounds; stopped: {quoted(summary.stop_reason or summary.run_status)}",
+                  highlight=False)
     if summary.best_kernel:
-        console.print(f"best kernel: {summary.best_kernel}", highlight=False)
+        console.print(plain(f"best kernel: {summary.best_kernel}", 4000), highlight=False)
     if summary.start:
-        console.print(f"started from: {summary.start}", highlight=False)
-    console.print(f"report: {Path(summary.run_dir) / 'report.md'}\n"
-                  f"steps: kernelloop runs show {summary.thread_id}{workspace_flag}", highlight=False)
+        console.print(plain(f"started from: {summary.start}", 4000), highlight=False)
+    console.print(plain(f"report: {Path(summary.run_dir) / 'report.md'}", 4000), highlight=False)
+    console.print(plain(f"steps: kernelloop runs show {summary.thread_id}{workspace_flag}", 4000), highlight=False)
 
 
 def load_start(start: str | None, problem_name: str) -> StartRecord | None:

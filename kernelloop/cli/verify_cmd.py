@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kernelloop import defaults
 from kernelloop.cli._app import app
@@ -28,9 +29,12 @@ from kernelloop.cli._common import (
     fail_usage,
     load_candidate,
     load_problem,
+    plain,
+    quoted,
     settings,
 )
 from kernelloop.cli._program import finish
+from kernelloop.safe_text import TAIL_CHARS, clean
 
 if TYPE_CHECKING:
     from kernelloop.results import Verdict
@@ -128,27 +132,28 @@ def print_timings(verdict: Verdict) -> None:
 
 def print_verdict(verdict: Verdict) -> None:
     status = verdict.status.value
-    console.print(f"[{STATUS_STYLE.get(status, 'bold')}]{status}[/] on {verdict.device}: {verdict.reason}",
-                  highlight=False)
+    # Every text below but the numbers may be the candidate's: printed as text, never as markup.
+    console.print(f"[{STATUS_STYLE.get(status, 'bold')}]{status}[/] on {quoted(verdict.device)}: "
+                  f"{quoted(verdict.reason)}", highlight=False)
     if verdict.max_abs_err is not None:
         console.print(f"  max_abs_err {verdict.max_abs_err:.3g}   rel_err {verdict.rel_err:.3g}   trials {verdict.trials}")
     if verdict.timings:
         table = Table("timed", "median ms", "IQR ms", "samples", box=None, padding=(0, 2))
         for stats in verdict.timings.values():
-            table.add_row(stats.name, f"{stats.median_ms:.4f}", f"{stats.iqr_ms:.4f}", str(stats.samples))
+            table.add_row(plain(stats.name), f"{stats.median_ms:.4f}", f"{stats.iqr_ms:.4f}", str(stats.samples))
         console.print(table)
     if verdict.speedup is not None:
-        extra = ", ".join(f"{name} {value:.2f}x" for name, value in verdict.speedups.items())
+        extra = quoted(", ".join(f"{name} {value:.2f}x" for name, value in verdict.speedups.items()))
         console.print(f"  speedup over eager [bold]{verdict.speedup:.2f}x[/bold]" + (f" ({extra})" if extra else ""))
     for line in verdict.suspicious:
-        console.print(f"  [red]suspicious:[/red] {line}", highlight=False)
+        console.print(f"  [red]suspicious:[/red] {quoted(line)}", highlight=False)
     if verdict.own_kernels:
-        console.print(f"  own kernels: {', '.join(verdict.own_kernels)}", highlight=False)
+        console.print(f"  own kernels: {quoted(', '.join(verdict.own_kernels), 4000)}", highlight=False)
     for warning in verdict.warnings:
-        console.print(f"  [yellow]note:[/yellow] {warning}", highlight=False)
+        console.print(f"  [yellow]note:[/yellow] {quoted(warning)}", highlight=False)
     if status in ("compile_error", "runtime_error") and verdict.stderr_tail.strip():
-        tail = "\n".join(verdict.stderr_tail.strip().splitlines()[-12:])
-        console.print(f"[dim]{tail}[/dim]", highlight=False, markup=False)
+        tail = "\n".join(clean(verdict.stderr_tail, TAIL_CHARS, keep="tail").strip().splitlines()[-12:])
+        console.print(Text(tail, style="dim"), highlight=False)
 
 
 @app.command(epilog=SETTINGS_NOTE)

@@ -2,7 +2,9 @@
 
 Only the markdown report.py writes is understood (headings, paragraphs, lists, pipe tables,
 images), so the page says exactly what report.md says; the plots are embedded as base64 PNGs,
-so the file can be mailed or opened anywhere without its plots/ directory.
+so the file can be mailed or opened anywhere without its plots/ directory. Only the images the
+caller names are embedded: report.md holds candidates' text (their verdicts' reasons), so a
+line that reads like an image there is never taken as a file to read.
 """
 
 from __future__ import annotations
@@ -10,31 +12,52 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 _IMAGE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<src>[^)]+)\)$")
-_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+# Inline: a backslash escape (safe_text.md_cell writes them), a `code span`, or plain text.
+_INLINE = re.compile(r"\\(?P<escaped>[!-/:-@\[-`{-~])|`(?P<code>[^`]+)`|(?P<text>[^\\`]+|.)")
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
           "table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;padding:.25rem .5rem;"
           "text-align:left}th{background:#f4f4f4}img{max-width:100%}code{background:#f4f4f4}")
 
 
 def _cells(line: str) -> list[str]:
-    return [cell.strip().replace("\\|", "|") for cell in _CELL_SPLIT.split(line.strip().strip("|"))]
+    """A table row's cells, split on its unescaped pipes (escapes stay, for _inline)."""
+    cells, cell, escaped = [], "", False
+    for char in line.strip():
+        if char == "|" and not escaped:
+            cells.append(cell.strip())
+            cell = ""
+        else:
+            cell += char
+        escaped = char == "\\" and not escaped
+    cells.append(cell.strip())
+    return cells[1:-1] if len(cells) > 1 else cells  # the row's own leading and trailing pipes
 
 
 def _inline(text: str) -> str:
-    """Escape, then the one inline form report.md uses: `code`."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    """The inline forms report.md uses: backslash escapes and `code`; everything else is text."""
+    out = []
+    for match in _INLINE.finditer(text):
+        if match["code"] is not None:
+            out.append(f"<code>{html.escape(match['code'])}</code>")
+        else:
+            out.append(html.escape(match["escaped"] if match["escaped"] is not None else match["text"]))
+    return "".join(out)
 
 
-def _image(alt: str, src: str, base_dir: Path) -> str:
-    data = base64.b64encode((base_dir / src).read_bytes()).decode("ascii")
+def _image(alt: str, src: str, images: Mapping[str, Path]) -> str:
+    if src not in images:  # not a plot this report made: shown as the text it is
+        return f"<p>{_inline(f'![{alt}]({src})')}</p>"
+    data = base64.b64encode(images[src].read_bytes()).decode("ascii")
     return f'<p><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"></p>'
 
 
-def markdown_to_html(markdown: str, base_dir: Path) -> str:
-    """The page for report.md's text; images are read relative to base_dir and embedded."""
+def markdown_to_html(markdown: str, images: Mapping[str, Path]) -> str:
+    """The page for report.md's text; `images` maps each plot's name in report.md (its path
+    relative to the report) to its file, which is embedded. No other file is read."""
     body: list[str] = []
     lines = markdown.splitlines()
     title = next((line.lstrip("# ").strip() for line in lines if line.startswith("# ")), "kernelloop report")
@@ -63,7 +86,7 @@ def markdown_to_html(markdown: str, base_dir: Path) -> str:
                 i += 1
             body.append("<ul>" + "".join(items) + "</ul>")
         elif match := _IMAGE.match(line.strip()):
-            body.append(_image(match["alt"], match["src"], base_dir))
+            body.append(_image(match["alt"], match["src"], images))
             i += 1
         else:
             paragraph = []

@@ -38,6 +38,8 @@ def parse_candidate_name(filename: str) -> KernelBenchName | None:
     return KernelBenchName(level, problem, sample)
 
 
-def kernelbench_problems(root: str | Path, level: int, subset: str | None = None) -> list[Problem]:
-    """Problems of one level of a checkout, optionally a subset by number ('1-10,23')."""
-    return load_kernelbench(root, level, subset)
+def kernelbench_problems(root: str | Path, level: int, subset: str | None = None,
+                         skipped: list[str] | None = None, trusted: bool = True) -> list[Problem]:
+    """Problems of one level of a checkout, optionally a subset by number ('1-10,23'); entries
+    that are no file to read go to `skipped`, one line each (problem.load_dir)."""
+    return load_kernelbench(root, level, subset, skipped, trusted)

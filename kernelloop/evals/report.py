@@ -14,6 +14,7 @@ from kernelloop.evals import plots
 from kernelloop.evals.attention import FLEX_BASELINE, speedups_over_flex
 from kernelloop.evals.html import markdown_to_html
 from kernelloop.evals.records import COMPILE, EAGER, BenchSummary, Mode
+from kernelloop.safe_text import md_cell, md_note
 
 SUMMARY_JSON = "summary.json"
 REPORT_MD = "report.md"
@@ -36,10 +37,6 @@ def _pct(value: float | None) -> str:
 
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _tokens(value: float) -> str:
@@ -91,7 +88,7 @@ def draw_plots(summary: BenchSummary, plot_dir: Path, attention: bool) -> tuple[
 
 
 def render_markdown(summary: BenchSummary, plot_paths: dict[str, Path], skipped: list[str], out_dir: Path) -> str:
-    lines = [f"# kernelloop bench: {summary.suite} ({summary.mode.value})", ""]
+    lines = [f"# kernelloop bench: {md_cell(summary.suite)} ({summary.mode.value})", ""]
     for env in summary.environments:
         where = env.gpu_name or "CPU"
         lines.append(f"Measured on {where} ({env.device}), torch {env.torch_version}, "
@@ -106,14 +103,14 @@ def render_markdown(summary: BenchSummary, plot_paths: dict[str, Path], skipped:
     flagged = [(p.problem, line) for p in summary.per_problem for line in p.suspicious]
     if flagged:  # speedups the verifier found too good to be true stay in the metrics, marked here
         lines += ["## Suspicious results (check by hand)", "",
-                  *(f"- {_cell(problem)}: {_cell(line)}" for problem, line in flagged), ""]
+                  *(f"- {md_cell(problem)}: {md_cell(line)}" for problem, line in flagged), ""]
     if plot_paths:
         lines += ["## Plots", ""]
         for name, path in plot_paths.items():
             lines += [f"![{name}]({path.relative_to(out_dir).as_posix()})", ""]
     notes = [*summary.notes, *(f"plot left out: {line}" for line in skipped)]
     if notes:
-        lines += ["## Notes", "", *(f"- {_cell(n)}" for n in notes), ""]
+        lines += ["## Notes", "", *(f"- {md_note(n)}" for n in notes), ""]
     return "\n".join(lines)
 
 
@@ -144,12 +141,12 @@ def _metric_tables(summary: BenchSummary) -> list[str]:
     for name, metrics in summary.by_baseline.items():
         # Without a timing, fast_p over 0 is unknown, not 0.0%.
         cells = [_pct(metrics.fast_p[p]) if p == "0" or metrics.timed else "not timed" for p in thresholds]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_x(metrics.geomean_speedup)} | {metrics.timed} |")
+        lines.append(f"| {md_cell(name)} | " + " | ".join(cells) + f" | {_x(metrics.geomean_speedup)} | {metrics.timed} |")
     baselines = [b for b in (EAGER, COMPILE, FLEX_BASELINE) if b in summary.by_baseline]
     baselines += [b for b in summary.by_baseline if b not in baselines]
     tokens = summary.tokens is not None  # a tokens column only where a model was called
     lines += ["", "## Per problem", "",
-              "| problem | solved | best status | attempts | " + " | ".join(f"vs {b}" for b in baselines)
+              "| problem | solved | best status | attempts | " + " | ".join(f"vs {md_cell(b)}" for b in baselines)
               + " | time to solve |" + (" tokens |" if tokens else "") + " reason |",
               "|---" * (len(baselines) + 6 + tokens) + "|"]
     for row in summary.per_problem:
@@ -157,8 +154,8 @@ def _metric_tables(summary: BenchSummary) -> list[str]:
         solve = "-" if row.time_to_solve_s is None else f"{row.time_to_solve_s:.1f} s"
         status = row.best_status.value if row.best_status else "-"
         used = (f" {_tokens(row.tokens.total_tokens) if row.tokens else '-'} |") if tokens else ""
-        lines.append(f"| {row.problem} | {'yes' if row.solved else 'no'} | {status} | {row.attempts} | {speed} | "
-                     f"{solve} |{used} {_cell(row.reason)} |")
+        lines.append(f"| {md_cell(row.problem)} | {'yes' if row.solved else 'no'} | {status} | {row.attempts} | {speed} | "
+                     f"{solve} |{used} {md_cell(row.reason)} |")
     return lines + [""]
 
 
@@ -166,10 +163,10 @@ def _baseline_tables(summary: BenchSummary) -> list[str]:
     names = sorted({n for row in summary.per_problem for n in row.baseline_ms},
                    key=lambda n: (n not in (EAGER, COMPILE), n))
     lines = ["## Baseline timings (median ms per call)", "",
-             "| problem | " + " | ".join(names) + " | note |", "|---" * (len(names) + 2) + "|"]
+             "| problem | " + " | ".join(map(md_cell, names)) + " | note |", "|---" * (len(names) + 2) + "|"]
     for row in summary.per_problem:
         cells = " | ".join("-" if n not in row.baseline_ms else f"{row.baseline_ms[n]:.4f}" for n in names)
-        lines.append(f"| {row.problem} | {cells} | {_cell(row.reason)} |")
+        lines.append(f"| {md_cell(row.problem)} | {cells} | {md_cell(row.reason)} |")
     return lines + [""]
 
 
@@ -183,7 +180,8 @@ def write_report(out_dir: Path, summary: BenchSummary, attention: bool = False) 
     markdown = render_markdown(summary, plot_paths, skipped, out_dir)
     report_path.write_text(markdown)
     html_path = out_dir / REPORT_HTML
-    html_path.write_text(markdown_to_html(markdown, out_dir))
+    images = {path.relative_to(out_dir).as_posix(): path for path in plot_paths.values()}
+    html_path.write_text(markdown_to_html(markdown, images))
     return ReportFiles(summary_path, report_path, html_path, plot_paths, skipped)
 
 

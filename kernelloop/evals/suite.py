@@ -31,6 +31,7 @@ from typing import Protocol
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import kernelloop
@@ -52,6 +53,8 @@ from kernelloop.evals.report import ReportFiles, write_report
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Candidate, Problem, ProblemError, load_dir, parse_subset
 from kernelloop.results import TimingStats, Verdict
+from kernelloop.safe_text import one_line
+from kernelloop.source_file import SourceFileError, read_source_bytes
 from kernelloop.tools.verify.pool import PoolError, local_devices, split_device
 
 RESULTS_JSONL = "results.jsonl"
@@ -66,24 +69,29 @@ class Suite:
     kind: str  # 'attention' | 'kernelbench' | 'directory'
     problems: list[Problem]
     subset: str | None = None  # --problems, when only some were chosen
+    skipped: list[str] = field(default_factory=list)  # entries of its dir that are no file to read, one line each
 
 
 def resolve_suite(suite: str, root: Path | None = None, level: int | None = None,
                   subset: str | None = None) -> Suite:
-    """SUITE -> its problems: 'attention', 'kernelbench' (with root and level), or a directory."""
+    """SUITE -> its problems: 'attention', 'kernelbench' (with root and level), or a directory. In
+    a directory, an entry that is no file to read (a pipe, a symlink, a device) is skipped, one line each."""
+    skipped: list[str] = []
     if suite == "attention":
         found = Suite("attention", "attention", attention_problems(subset))
     elif suite == "kernelbench":
         if root is None or level is None:
             raise ProblemError("the kernelbench suite needs --root (the KernelBench checkout) and --level")
-        found = Suite(f"kernelbench-level{level}", "kernelbench", kernelbench_problems(root, level, subset))
-    elif Path(suite).is_dir():
-        found = Suite(Path(suite).resolve().name, "directory", load_dir(suite, subset))
+        found = Suite(f"kernelbench-level{level}", "kernelbench",
+                      kernelbench_problems(root, level, subset, skipped, trusted=False))
+    elif Path(suite).is_dir():  # a directory someone else may have written: its problems run only in the sandbox
+        found = Suite(Path(suite).resolve().name, "directory", load_dir(suite, subset, skipped, trusted=False))
     else:
         raise ProblemError(f"unknown suite {suite!r}: use attention, kernelbench or a directory of problem files")
     if not found.problems:
-        raise ProblemError(f"suite {suite!r} has no problems" + (f" in subset {subset!r}" if subset else ""))
-    return Suite(found.name, found.kind, found.problems, subset)
+        raise ProblemError(f"suite {suite!r} has no problems" + (f" in subset {subset!r}" if subset else "")
+                           + (f" ({skipped[0]})" if skipped else ""))
+    return Suite(found.name, found.kind, found.problems, subset, skipped)
 
 
 @dataclass
@@ -185,7 +193,12 @@ def _score(verifier: VerifierLike, job: Job) -> list[Attempt]:
     started = time.perf_counter()
     attempts = []
     for number, path in enumerate(job.candidates, start=1):
-        candidate = Candidate.from_file(path)
+        try:  # a pipe, a link, a device or a huge file in the candidates dir: this item's error, one line
+            candidate = Candidate.from_file(path)
+        except ProblemError as exc:
+            attempts.append(Attempt(elapsed_s=time.perf_counter() - started, candidate_path=path,
+                                    note=f"candidate file not read: {exc}"))
+            continue
         try:
             verdict = verifier.verify(candidate, job.problem)
         except ProblemError as exc:
@@ -244,8 +257,14 @@ def agent_work(solve: SolveFn, budget_s: float) -> WorkFactory:
     return open_work
 
 
-def _file_sha256(path: Path | None) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None and path.is_file() else None
+def _file_sha256(path: Path | None, what: str = "kernel") -> str | None:
+    """The file's hash, read the careful way (source_file.py); None when it can't be read."""
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(read_source_bytes(path, what)).hexdigest()
+    except SourceFileError:
+        return None
 
 
 # --------------------------------------------------------------------------- devices and environment
@@ -280,7 +299,8 @@ def capture_environment(device: str) -> RunEnvironment:
 
 def job_key(mode: Mode, problem: Problem, candidates: Sequence[Path] = (), budget_s: float | None = None) -> str:
     """Same mode, problem source, candidate sources and budget -> same key: the work is done."""
-    parts = [mode.value, problem.sha256, [hashlib.sha256(p.read_bytes()).hexdigest() for p in candidates],
+    # An unreadable candidate (a pipe, a link) counts by its name: reading it would block or follow it.
+    parts = [mode.value, problem.sha256, [_file_sha256(p, "candidate") or f"unreadable {p.name}" for p in candidates],
              budget_s if mode is Mode.agent else None]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
 
@@ -346,7 +366,7 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                TextColumn("eta"), TimeRemainingColumn()]
     new_records: list[BenchRecord] = []
     with Progress(*columns, console=Console(stderr=True), disable=not show_progress) as progress:
-        task = progress.add_task(f"{suite} ({mode.value})", total=already_done + len(jobs), completed=already_done)
+        task = progress.add_task(escape(f"{suite} ({mode.value})"), total=already_done + len(jobs), completed=already_done)
         for worker in workers:
             worker.start()
         try:
@@ -365,8 +385,9 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                 new_records.extend(item.records)
                 done += 1
                 last = item.records[-1]
-                outcome = last.status.value if last.status else last.reason[:40]
-                progress.update(task, advance=1, description=f"{suite}: {last.problem} {outcome}")
+                outcome = last.status.value if last.status else one_line(last.reason, 40)
+                # The bar's text is read as markup: a name or a reason from elsewhere goes in escaped.
+                progress.update(task, advance=1, description=escape(one_line(f"{suite}: {last.problem} {outcome}", 200)))
         finally:
             stop.set()
     return new_records
@@ -413,8 +434,9 @@ def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequenc
                    already_done=len(jobs) - len(todo))
     keys = {job.key for job in jobs}
     records = [r for r in [*previous, *new] if r.job_key in keys]
-    summary = metrics.summarize(suite.name, mode, [p.name for p in suite.problems], records,
-                                notes=_notes(records, match, len(jobs) - len(todo), suite.subset))
+    notes = [*_notes(records, match, len(jobs) - len(todo), suite.subset),
+             *(f"problem file not read: {line}" for line in suite.skipped)]
+    summary = metrics.summarize(suite.name, mode, [p.name for p in suite.problems], records, notes=notes)
     files = write_report(out_dir, summary, attention=suite.kind == "attention")
     return BenchResult(summary, files, results_path, ran=len(todo), skipped=len(jobs) - len(todo))
 

@@ -87,7 +87,7 @@ def planner(state: State, runtime: Runtime[Context]) -> dict:
     context, run = runtime.context, _run_dir(runtime)
     settings, record = settings_of(state), problem_of(state)
     _emit(runtime, RunEvent(kind="planning"))
-    problem = run.problem(record.name, record.source)
+    problem = run.problem(record.name, record.source, record.trusted)
     facts: ReferenceFacts | None = None
     if context.analyze is not None:
         try:
@@ -179,7 +179,7 @@ def verifier(state: State, runtime: Runtime[Context]) -> dict:
     drafts = {d["id"]: Attempt.model_validate(d) for d in state.get("drafts") or []}
     if not drafts:
         raise ValueError("the verifier ran with no drafts: the coders wrote nothing")
-    problem = run.problem(record.name, record.source)
+    problem = run.problem(record.name, record.source, record.trusted)
     ordered = sorted(drafts.values(), key=lambda a: a.index)
     pending = []
     for attempt in ordered:
@@ -224,6 +224,8 @@ def _profile_round_best(verified: list[Attempt], run: RunDir, problem, state: St
     _, best, verdict = max(timed, key=lambda t: t[0])  # verdict is best.verdict, narrowed
     run_s = _tick(state, runtime.context)["spent_s"]
     why_not = ncu_budget.refusal(verdict.device, run_s, profiling_s)
+    if not problem.trusted:  # ncu runs the problem in a plain process beside this one, not in the sandbox
+        why_not = "Nsight Compute: not run for a problem from outside (it would run that problem outside the sandbox)"
     if why_not:
         verdict.profile = ncu_budget.with_note(verdict.profile, why_not)
         return profiling_s

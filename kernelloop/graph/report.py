@@ -25,6 +25,7 @@ from kernelloop.graph.state import (
     usage_of,
 )
 from kernelloop.graph.usage import Usage, by_round, total
+from kernelloop.safe_text import md_cell
 
 
 class RunSummary(BaseModel):
@@ -77,10 +78,10 @@ def summarize(run: RunDir, state: StateLike, run_status: str | None = None, stop
 def _attempt_row(attempt: Attempt, baseline: str) -> str:
     speedup = attempt.speedup_vs(baseline)
     verify = f"{attempt.verify_s:.1f}" if attempt.verify_s is not None else "-"
-    reason = (attempt.verdict.reason if attempt.verdict else attempt.model_error or "").replace("|", "/")
+    reason = md_cell(attempt.verdict.reason if attempt.verdict else attempt.model_error or "", 120)
     return (f"| {attempt.id} | {attempt.status} | {f'{speedup:.3g}x' if speedup is not None else '-'} | "
             f"{attempt.model_s:.1f} | {verify} | {attempt.prompt_tokens:,} / {attempt.completion_tokens:,} | "
-            f"{reason[:120]} |")
+            f"{reason} |")
 
 
 def _token_lines(state: StateLike) -> list[str]:
@@ -105,7 +106,7 @@ def render_report(summary: RunSummary, state: StateLike) -> str:
     speed = f"{summary.best_speedup:.3g}x over {summary.baseline}" if summary.best_speedup is not None \
         else "speed not measured"
     lines = [f"# kernelloop run {summary.thread_id}", "",
-             f"- problem: {summary.problem}", f"- outcome: {summary.stop_reason or summary.run_status}",
+             f"- problem: {md_cell(summary.problem)}", f"- outcome: {md_cell(summary.stop_reason or summary.run_status)}",
              f"- best: {summary.best_id or 'none'} ({summary.status}, {speed})",
              f"- target: {f'{settings.target_speedup:g}x' if settings.target_speedup else 'any correct kernel'} "
              f"over {settings.baseline}; "
@@ -122,10 +123,11 @@ def render_report(summary: RunSummary, state: StateLike) -> str:
     lines += _token_lines(state)
     flagged = [(a.id, line) for a in attempts if a.verdict is not None for line in a.verdict.suspicious]
     if flagged:  # the verifier's signs that a speedup is too good to be true
-        lines += ["## Suspicious results (check by hand)", "", *(f"- {aid}: {line}" for aid, line in flagged), ""]
+        lines += ["## Suspicious results (check by hand)", "", *(f"- {aid}: {md_cell(line)}" for aid, line in flagged), ""]
     for critique in critiques_of(state):
-        lines += [f"## Critique of round {critique.round}", ""] + [f"- {f}" for f in critique.findings]
-        lines += [f"- next: {step}" for step in critique.next_steps]
+        # The critic's findings quote verdicts (and so what candidates wrote): each one line, escaped.
+        lines += [f"## Critique of round {critique.round}", ""] + [f"- {md_cell(f, 4000)}" for f in critique.findings]
+        lines += [f"- next: {md_cell(step, 4000)}" for step in critique.next_steps]
         lines += [critique.advice, ""] if critique.advice else [""]
     return "\n".join(lines)
 

@@ -46,12 +46,13 @@ class RunDir:
         return self.root / relative
 
     # -- problem and kernels --------------------------------------------------------------------
-    def problem(self, name: str, source: str) -> Problem:
-        """The reference as a Problem, loaded from the run dir's copy (written when missing or stale)."""
+    def problem(self, name: str, source: str, trusted: bool = True) -> Problem:
+        """The reference as a Problem, loaded from the run dir's copy (written when missing or stale);
+        `trusted` as the run began with it (False: never imported in this process)."""
         path = self.root / "problem.py"
         if not path.is_file() or path.read_text() != source:
             write_atomic(path, source)
-        return Problem(path=path.resolve(), source=source, name=name)
+        return Problem(path=path.resolve(), source=source, name=name, trusted=trusted)
 
     def write_kernel(self, attempt: Attempt) -> str:
         relative = f"kernels/{attempt.id}.py"

@@ -54,6 +54,8 @@ class ProblemRecord(BaseModel):
     path: str = Field(description="where it was loaded from (informational)")
     source: str
     sha256: str
+    trusted: bool = Field(default=True, description="False: a problem from outside (MCP, LangChain, a bench "
+                                                    "directory), never imported in the orchestrator's process")
 
 
 def add_usage(current: list[dict] | None, update: list[dict]) -> list[dict]:

@@ -37,3 +37,19 @@ def test_ncu_profiles_a_bounded_number_of_launches(monkeypatch, tmp_path):
     argv = seen["argv"]
     assert int(argv[argv.index("--launch-count") + 1]) <= 10
     assert argv[argv.index("--kernel-name") + 1] == "regex:k|j"
+
+
+def test_what_runs_under_ncu_is_read_back_bounded(monkeypatch, tmp_path):
+    """The candidate prints through ncu (a 300 MB line here) and runs in ncu's scratch dir: the
+    parent reads a bounded tail of its output, never the whole of it into memory."""
+    import resource
+
+    flood = "import sys; sys.stdout.write('x' * 300_000_000); sys.stderr.write('y' * 300_000_000)"
+    monkeypatch.setattr("kernelloop.tools.profile.ncu_run.ncu_available", lambda: (True, "ncu at /x/ncu"))
+    monkeypatch.setattr("kernelloop.tools.profile.ncu_run.ncu_command",
+                        lambda *args, **kwargs: [sys.executable, "-c", flood])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    report = run_ncu(tmp_path / "c.py", tmp_path / "p.py", ["triton:k"], timeout_s=120)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
+    assert grown < 200 << 20, f"the parent's peak RSS grew {grown >> 20} MiB"
+    assert report.kernels == [] and all(len(note) < 100_000 for note in report.notes)

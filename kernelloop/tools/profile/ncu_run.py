@@ -13,12 +13,17 @@ import tempfile
 from pathlib import Path
 
 from kernelloop.sandbox.runner import scrubbed_env
+from kernelloop.sandbox.safe_io import UnsafeFileError, open_bounded, read_tail
 from kernelloop.tools.profile.ncu import NcuReport, find_ncu, ncu_available, ncu_command, read_ncu_output
 
 NCU_TIMEOUT_S = 300.0
 # Launches profiled per kernel name: ncu replays each ~35 times, so a candidate that launches from a
 # Python loop (thousands a forward) would take many minutes without a cap.
 LAUNCHES_PER_KERNEL = 3
+# Read back bounded: the candidate prints through ncu and runs in the scratch dir, where it can
+# print a flood or swap ncu's CSV for a pipe or a link (safe_io.py).
+OUTPUT_TAIL_BYTES = 1 << 20
+CSV_BYTES = 64 << 20
 
 
 def run_ncu(candidate: Path, problem: Path, own_kernel_names: list[str], *, iters: int = 2,
@@ -36,12 +41,23 @@ def run_ncu(candidate: Path, problem: Path, own_kernel_names: list[str], *, iter
                            out_csv, regex, launch_skip=max(1, len(names)),
                            launch_count=LAUNCHES_PER_KERNEL * max(1, len(names)), ncu=find_ncu() or "ncu")
         env = scrubbed_env("cuda", Path(scratch) / "cache")
-        try:
-            done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return NcuReport(notes=[f"ncu timed out after {timeout_s:g}s"])
-        text = out_csv.read_text() if out_csv.exists() else ""
-        report = read_ncu_output(text + "\n" + done.stdout + "\n" + done.stderr)
+        out_path, err_path = Path(scratch) / "ncu.stdout", Path(scratch) / "ncu.stderr"
+        with out_path.open("wb") as out, err_path.open("wb") as err:  # files, not pipes read into memory
+            try:
+                done = subprocess.run(argv, cwd=scratch, env=env, stdout=out, stderr=err, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return NcuReport(notes=[f"ncu timed out after {timeout_s:g}s"])
+        stdout, stderr = read_tail(out_path, OUTPUT_TAIL_BYTES), read_tail(err_path, OUTPUT_TAIL_BYTES)
+        report = read_ncu_output(_csv(out_csv) + "\n" + stdout + "\n" + stderr)
         if done.returncode != 0 and not report.notes:
-            report.notes.append(f"ncu exited with {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
+            report.notes.append(f"ncu exited with {done.returncode}: {(stderr or stdout).strip()[-300:]}")
         return report
+
+
+def _csv(path: Path) -> str:
+    """ncu's CSV, read the careful way ('' when there is none, or none that is safe to read)."""
+    try:
+        with open_bounded(path, CSV_BYTES) as handle:
+            return handle.read(CSV_BYTES).decode("utf-8", "replace")
+    except (FileNotFoundError, UnsafeFileError):
+        return ""

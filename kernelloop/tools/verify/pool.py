@@ -239,19 +239,22 @@ class _VerifierActor:
         self.root = Path(workspace) / "ray" / f"{socket.gethostname()}-{index}"
         self.verifier = Verifier(device=device, gpu_index=gpu_index, workspace=self.root, **options)
 
-    def _problem(self, name: str, filename: str, source: str, sha256: str) -> Problem:
-        """The problem written here from its source: the driver's path may not exist on this node."""
+    def _problem(self, name: str, filename: str, source: str, sha256: str, trusted: bool) -> Problem:
+        """The problem written here from its source: the driver's path may not exist on this node.
+        A problem from outside stays one here too: never imported in this actor."""
         path = self.root / "problems" / sha256[:16] / filename
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(source)
-        return Problem(path=path.resolve(), source=source, name=name)
+        return Problem(path=path.resolve(), source=source, name=name, trusted=trusted)
 
-    def verify(self, candidate_source: str, name: str, filename: str, source: str, sha256: str) -> Verdict:
-        return self.verifier.verify(Candidate(source=candidate_source), self._problem(name, filename, source, sha256))
+    def verify(self, candidate_source: str, name: str, filename: str, source: str, sha256: str,
+               trusted: bool = True) -> Verdict:
+        return self.verifier.verify(Candidate(source=candidate_source),
+                                    self._problem(name, filename, source, sha256, trusted))
 
-    def time_baselines(self, name: str, filename: str, source: str, sha256: str) -> dict[str, Any]:
-        return self.verifier.time_baselines(self._problem(name, filename, source, sha256))
+    def time_baselines(self, name: str, filename: str, source: str, sha256: str, trusted: bool = True) -> dict[str, Any]:
+        return self.verifier.time_baselines(self._problem(name, filename, source, sha256, trusted))
 
     def close(self) -> None:
         self.verifier.close()
@@ -269,8 +272,8 @@ def _assigned_gpu() -> int:
     return int(visible)
 
 
-def _problem_args(problem: Problem) -> tuple[str, str, str, str]:
-    return problem.name, problem.path.name, problem.source, problem.sha256
+def _problem_args(problem: Problem) -> tuple[str, str, str, str, bool]:
+    return problem.name, problem.path.name, problem.source, problem.sha256, problem.trusted
 
 
 RAY_CONNECT_TIMEOUT_S = 5.0

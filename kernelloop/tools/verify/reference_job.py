@@ -1,8 +1,10 @@
 """The trusted child: everything the verdict needs from running the problem, in a process where no
 candidate code ever runs.
 
-One long-lived job per problem (its own zygote, its own sandbox): it imports the problem, builds
-Model once, and then answers the parent on its channel:
+One long-lived job per problem (its own zygote, its own sandbox): it imports the problem, checks
+it (problem_meta.check_module: for a problem from outside, the only place it is ever imported),
+builds Model once, says it is ready with the problem's sizes and what the parent needs of it as
+plain data (its tolerance), and then answers the parent on its channel:
   make      inputs for the seeds the parent drew (secret to the candidate), and the reference's
             outputs on them; inputs and outputs go to separate files, and only the inputs file
             ever reaches the candidate's job
@@ -30,7 +32,8 @@ from typing import Any
 
 import torch
 
-from kernelloop.problem import import_source
+from kernelloop.problem import ProblemError, import_source
+from kernelloop.problem_meta import check_module, metadata
 from kernelloop.sandbox.channel import Channel
 from kernelloop.tools.verify._runtime import (
     INIT_SEED,
@@ -116,6 +119,9 @@ class ReferenceJob:
     def __init__(self, job: dict[str, Any]):
         self.device = job["device"]
         self.problem = import_source(Path(job["problem_path"]), "kernelloop_reference")
+        where = str(job.get("problem_where") or job["problem_path"])  # the path the user knows it by
+        check_module(self.problem, where)
+        self.meta = metadata(self.problem, where)
         seed_all(INIT_SEED)
         self.init_inputs = list(self.problem.get_init_inputs())
         self.model = self.problem.Model(*self.init_inputs).to(self.device)
@@ -254,10 +260,13 @@ def _nbytes(values: list) -> int:
 
 
 def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    reference = ReferenceJob(job)
+    try:
+        reference = ReferenceJob(job)
+    except ProblemError as exc:  # not a problem at all (missing Model, a bad TOLERANCE): the parent says so as it is
+        return {"status": "not_a_problem", "reason": str(exc)}
     handlers = {"make": reference.make, "timing": reference.setup_timing, "block": reference.block,
                 "back": reference.back_to_back, "warm_up": reference.warm_up}
-    channel.send({"ready": reference.sizes()})
+    channel.send({"ready": {**reference.sizes(), "meta": reference.meta}})
     while True:
         request = channel.receive()
         kind = next(iter(request), None)

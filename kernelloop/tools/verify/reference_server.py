@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 
 from kernelloop.problem import Problem, ProblemError
+from kernelloop.problem_meta import checked_tolerance
+from kernelloop.safe_text import one_line
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import open_bounded
 from kernelloop.tools.verify.tensor_files import TensorFileError, load_sets
@@ -41,6 +43,15 @@ class Made:
 CLOSE_WAIT_S = 1.0
 
 
+def problem_file(problem: Problem, job_dir: Path) -> Path:
+    """The problem's text as it was read and checked, written into the trusted job's own dir: the
+    job runs exactly that, never whatever its original path holds by then (a file edited since, or
+    swapped for a pipe the sandbox's staging copy would block on)."""
+    path = job_dir / problem.path.name
+    path.write_text(problem.source)
+    return path
+
+
 class ReferenceServer:
     """The trusted job for one problem, started on first use and closed with `close()`."""
 
@@ -48,7 +59,8 @@ class ReferenceServer:
                  outputs_device: torch.device = torch.device("cpu")):
         self.problem, self.root, self.timeout_s, self.outputs_device = problem, root, timeout_s, outputs_device
         self.job_dir = new_job_dir(root / "jobs", "ref-")
-        self.session: JobSession = zygote.start({**job, "kind": "reference", "problem_path": str(problem.path)},
+        self.session: JobSession = zygote.start({**job, "kind": "reference", "problem_where": str(problem.path),
+                                                 "problem_path": str(problem_file(problem, self.job_dir))},
                                                 self.job_dir, timeout_s, timeout_s, phases=(),
                                                 file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
         self.ops: list[str] = []
@@ -58,6 +70,10 @@ class ReferenceServer:
         sizes = self.ask("ready", None)
         # Bytes of one input set and its output (None: unknown until a set is made)
         self.input_bytes, self.output_bytes = sizes.get("input_bytes"), sizes.get("output_bytes")
+        # What the parent compares with, as plain data from the job (checked again: for a problem
+        # from outside, the job runs that problem's code), never from importing the problem here.
+        meta = sizes.get("meta")
+        self.tolerance = checked_tolerance(meta.get("tolerance") if isinstance(meta, dict) else None, str(problem.path))
 
     def send_ahead(self, kind: str, request: dict) -> None:
         """Send a request now and read its answer later (`answer(kind)`, or before the next `ask`):
@@ -82,6 +98,9 @@ class ReferenceServer:
         self.session.restart_clock()
         message = self.session.receive()
         if message is None or not isinstance(message.get(kind), dict):
+            result = self.session.finish().result or {}
+            if result.get("status") == "not_a_problem":  # the job's own check: one line naming the file
+                raise ProblemError(one_line(result.get("reason"), 2000))
             raise ProblemError(f"{self.problem.path}: the reference failed on its device: {self._why()}")
         return message[kind]
 
@@ -96,12 +115,12 @@ class ReferenceServer:
     def _why(self) -> str:
         outcome: JobOutcome = self.session.finish()
         result = outcome.result or {}
-        if result.get("reason"):
-            return str(result["reason"])
+        if result.get("reason"):  # the problem's own words (an exception it raised): one bounded line
+            return one_line(result["reason"], 2000)
         if outcome.timed_out:
             return f"timed out after {self.timeout_s:g}s"
         stderr = outcome.stderr_tail.strip().splitlines()
-        return f"exited with code {outcome.exit_code}" + (f": {stderr[-1]}" if stderr else "")
+        return f"exited with code {outcome.exit_code}" + (f": {one_line(stderr[-1], 500)}" if stderr else "")
 
     def make(self, seeds: list[int], variants: bool) -> Made:
         """Inputs for `seeds` and the reference's outputs on them, the outputs in this process only."""

@@ -13,6 +13,7 @@ checks) is a claim; what decides a verdict is what this process computed or obse
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import signal
@@ -34,7 +35,8 @@ from kernelloop.tools.profile.timing import speedup_from_rounds
 from kernelloop.tools.verify import budget, interpreter_order, trusted_cache, workers
 from kernelloop.tools.verify.compare import Comparison, compare_device, compare_outputs, tolerance_for
 from kernelloop.tools.verify.localise import describe, irregular, localise
-from kernelloop.tools.verify.reference_server import Made, ReferenceServer
+from kernelloop.tools.verify.output_watch import FLOOD_BYTES, OutputWatch
+from kernelloop.tools.verify.reference_server import Made, ReferenceServer, problem_file
 from kernelloop.tools.verify.speed import SpeedJudgement, summarize_all
 from kernelloop.tools.verify.static_check import first_broken_rule
 from kernelloop.tools.verify.tensor_files import load_sets
@@ -226,6 +228,7 @@ class Verifier:
         self.compare_on = compare_device(self.device, gpu_index, gpu_compare)
         self._zygote: Zygote | None = None
         self._trusted_zygote: Zygote | None = None
+        self._problems_zygote: Zygote | None = None  # reference jobs of problems from outside (workers.py)
         self._server: ReferenceServer | None = None
         self._parent_costs: dict[str, float] = {}
         self._overlapped: dict[str, float] = {}  # costs beside the critical path (not in fixed_s)
@@ -246,10 +249,10 @@ class Verifier:
             self._server.close(self.keep_jobs)
             self._server = None
         for wait in (False, True):  # both told first, so they stop at once
-            for zygote in (self._zygote, self._trusted_zygote):
+            for zygote in (self._zygote, self._trusted_zygote, self._problems_zygote):
                 if zygote is not None:
                     zygote.close(wait=wait)
-        self._zygote = self._trusted_zygote = None
+        self._zygote = self._trusted_zygote = self._problems_zygote = None
 
     @staticmethod
     def _worker(existing: Zygote | None, spec: workers.WorkerSpec, wait: bool = True) -> Zygote:
@@ -262,14 +265,19 @@ class Verifier:
         # The workspace (checkpoint DB, run dirs, the trusted job's files) is hidden from jobs where bubblewrap runs.
         return workers.take(spec, wait=wait)
 
-    def start_workers(self) -> float:
-        """Start both sandbox workers at once, waiting for neither (the first use waits); returns
-        the seconds this took (a prestarted worker is taken as it is). This process's own CUDA
-        context, which it compares on, is made meanwhile (a fraction of a second, in a thread)."""
+    def start_workers(self, trusted: bool = True) -> float:
+        """Start both sandbox workers at once (the candidates', and the reference jobs' for the
+        user's own problems or, `trusted` False, for problems from outside), waiting for neither
+        (the first use waits); returns the seconds this took (a prestarted worker is taken as it
+        is). This process's own CUDA context, which it compares on, is made meanwhile (a fraction
+        of a second, in a thread)."""
         started = time.perf_counter()
         if self.compare_on.type == "cuda" and not torch.cuda.is_initialized():
             threading.Thread(target=torch.zeros, args=(1,), kwargs={"device": self.compare_on}, daemon=True).start()
-        self._trusted_zygote = self._worker(self._trusted_zygote, self.layout.trusted, wait=False)
+        if trusted:
+            self._trusted_zygote = self._worker(self._trusted_zygote, self.layout.trusted, wait=False)
+        else:
+            self._problems_zygote = self._worker(self._problems_zygote, self.layout.problems, wait=False)
         self._zygote = self._worker(self._zygote, self.layout.candidate, wait=False)
         return time.perf_counter() - started
 
@@ -285,10 +293,22 @@ class Verifier:
         self._trusted_zygote = self._worker(self._trusted_zygote, self.layout.trusted)
         return self._trusted_zygote
 
+    def reference_zygote(self, problem: Problem) -> Zygote:
+        """The worker of `problem`'s reference jobs: the trusted one for the user's own problems;
+        for a problem from outside, one that can write nothing a later job or this process loads."""
+        if problem.trusted:
+            return self.trusted_zygote
+        self._problems_zygote = self._worker(self._problems_zygote, self.layout.problems)
+        return self._problems_zygote
+
+    def _reference_root(self, problem: Problem) -> Path:
+        return self.trusted_root if problem.trusted else self.layout.problems.work_dir
+
     def _note_worker_imports(self) -> None:
         """Each worker's own import time (its modules and preloads, as it said when ready), in the
         cost of the first verification it serves: what a cold start waits for beside this process."""
-        for role, zygote in (("trusted", self._trusted_zygote), ("candidate", self._zygote)):
+        for role, zygote in (("trusted", self._trusted_zygote), ("trusted", self._problems_zygote),
+                             ("candidate", self._zygote)):
             if zygote is not None and zygote not in self._workers_noted:
                 self._workers_noted.add(zygote)
                 self._overlapped[f"{role}_worker_import_s"] = zygote.import_s
@@ -302,11 +322,13 @@ class Verifier:
     # -- reference --------------------------------------------------------------------------
     def server(self, problem: Problem) -> ReferenceServer:
         """The trusted job for `problem`, kept while the problems asked for stay the same."""
-        if self._server is not None and (self._server.problem.sha256 != problem.sha256 or not self._server.alive()):
+        if self._server is not None and (self._server.problem.sha256 != problem.sha256 or not self._server.alive()
+                                         or self._server.problem.trusted != problem.trusted):
             self._server.close(self.keep_jobs)
             self._server = None
         if self._server is None:
-            self._server = ReferenceServer(self.trusted_zygote, problem, self.trusted_root, self._job("reference"),
+            self._server = ReferenceServer(self.reference_zygote(problem), problem, self._reference_root(problem),
+                                           self._job("reference"),
                                            self.run_timeout_s, outputs_device=self.compare_on)
         return self._server
 
@@ -333,8 +355,8 @@ class Verifier:
         laps.lap("precheck")
         if early is not None:  # the same verdict the pool's pre-check gives, nothing added
             return early
-        self.start_workers()  # both at once: the candidates' worker starts while the reference is made
-        self.trusted_zygote.wait_ready()
+        self.start_workers(problem.trusted)  # both at once: the candidates' worker starts while the reference is made
+        self.reference_zygote(problem).wait_ready()
         laps.lap("workers")
         server = self.server(problem)
         made = server.make(secret_seeds(self.trial_count(server)), variants=True)
@@ -358,6 +380,9 @@ class Verifier:
         file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)))
         session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
                                     file_size_bytes=file_size, disk_budget=True)
+        # A job that prints without end is killed as it floods, not at its phase's limit.
+        watch = OutputWatch(session.dir.fd, functools.partial(session.zygote._kill_group, session.pid)) \
+            if session.pid is not None else None
         if self.time_it:
             # While the candidate compiles and runs its trials, the trusted job imports the compiler
             # and, on a problem's first verification, builds the baselines (torch.compile's first
@@ -375,8 +400,15 @@ class Verifier:
                                device=self.device)
         finally:
             laps.lap({"compile": "candidate", "trials": "compare"}.get(session.phase, session.phase))
+            if watch is not None:
+                watch.stop()  # before the job's group is gone: no kill outlives it
             session.send({"done": {}})  # its last report (claims, costs), if it still follows the protocol
             outcome = session.finish(wait_s=DONE_WAIT_S)
+        flood = watch.found() if watch is not None else None
+        if flood is not None:  # however it would have ended otherwise
+            verdict = Verdict(status=Status.runtime_error, code=Code.output_flood, device=self.device,
+                              reason=f"output flood: {flood} printed, over the {FLOOD_BYTES >> 20} MiB a job may "
+                                     f"print (killed as it crossed it)")
         if verdict is None:
             verdict = self._ended_early(outcome)
         verdict.stdout_tail, verdict.stderr_tail = outcome.stdout_tail, outcome.stderr_tail
@@ -527,16 +559,18 @@ class Verifier:
         disturbed, outputs = outputs[len(made.outputs):], outputs[:len(made.outputs)]
         refs = made.outputs
         # Every set is compared, not only up to the first wrong one: which sets fail is a fact too.
-        comparisons = [compare_outputs(out, ref, problem.tolerance, self.compare_on, made.round_off)
+        # The tolerance as plain data from the trusted job: the problem is never imported here.
+        tolerance = server.tolerance
+        comparisons = [compare_outputs(out, ref, tolerance, self.compare_on, made.round_off)
                        for out, ref in zip(outputs, refs)]
         failed = next((trial for trial, c in enumerate(comparisons) if not c.ok), None)
         if failed is not None:
             comparison = comparisons[failed]
             return _incorrect(comparison, f"{comparison.reason} (trial {failed + 1})", comparison.code, failed + 1,
-                              _localised(comparisons, outputs, refs, failed, problem, self.compare_on), base)
+                              _localised(comparisons, outputs, refs, failed, tolerance, self.compare_on), base)
         worst_abs = max(c.max_abs_err for c in comparisons)
         worst_rel = max(c.rel_err for c in comparisons)
-        decoy = self._decoy(disturbed, made, refs[0], problem)
+        decoy = self._decoy(disturbed, made, refs[0], tolerance)
         if decoy:
             return rejected(Code.decoy_kernel, decoy, **base)
         compare_s = time.perf_counter() - compare_started
@@ -592,14 +626,14 @@ class Verifier:
         fresh, _ = loaded
         trials_run = len(outputs)
         for index, (out, ref) in enumerate(zip(fresh, fresh_made.outputs)):
-            checked = compare_outputs(out, ref, problem.tolerance, self.compare_on, fresh_made.round_off)
+            checked = compare_outputs(out, ref, tolerance, self.compare_on, fresh_made.round_off)
             comparisons.append(checked)
             trials_run += 1
             if not checked.ok:
                 what = ("fresh inputs: right on the trial inputs but wrong on fresh inputs after timing (caching results?)"
                         if index == 0 else "extra input sets (it does less work than the reference): wrong on one")
                 code = Code.stale_on_fresh_inputs if index == 0 else Code.wrong_on_extra_sets
-                located = _localised([checked], [out], [ref], 0, problem, self.compare_on)
+                located = _localised([checked], [out], [ref], 0, tolerance, self.compare_on)
                 located.trial = trials_run
                 return _incorrect(checked, f"{what}: {checked.reason}", code, trials_run, located, base)
             worst_abs, worst_rel = max(worst_abs, checked.max_abs_err), max(worst_rel, checked.rel_err)
@@ -622,7 +656,7 @@ class Verifier:
                 verdict.win = False  # as fast as it likes: zeros would be as right
         return verdict
 
-    def _decoy(self, disturbed: list[list], made: Made, ref: list, problem: Problem) -> str | None:
+    def _decoy(self, disturbed: list[list], made: Made, ref: list, tolerance: dict) -> str | None:
         """A forward that is still right with its own Triton kernels skipped, or with noise in
         everything they are given, left the work to something else (torch under other op names,
         numpy, a cached copy). Not judged where the reference is near zero or constant: unwritten
@@ -630,7 +664,7 @@ class Verifier:
         if made.warnings or made.round_off:
             return None
         for outputs in disturbed:
-            if compare_outputs(outputs, ref, problem.tolerance, self.compare_on).ok:
+            if compare_outputs(outputs, ref, tolerance, self.compare_on).ok:
                 return ("decoy kernel: with its own Triton kernels skipped or given noise the output is still right, "
                         "so the work is done elsewhere (torch, numpy or a copy); compute the result in your own kernels")
         return None
@@ -653,8 +687,8 @@ class Verifier:
         Returns {"timings": {name: TimingStats}, "compile_s": {...}, "profile": {...}}."""
         if self.device != "cuda":
             raise ValueError("timing baselines needs a CUDA GPU (--device cuda)")
-        job_dir = new_job_dir(self.trusted_root / "jobs", "base-")
-        outcome = self.trusted_zygote.run(self._job("baselines", problem_path=str(problem.path),
+        job_dir = new_job_dir(self._reference_root(problem) / "jobs", "base-")
+        outcome = self.reference_zygote(problem).run(self._job("baselines", problem_path=str(problem_file(problem, job_dir)),
                                                      seeds=list(range(1, self.trials + 1))),
                                            job_dir, self.compile_timeout_s, self.run_timeout_s, phases=("timing",))
         result = outcome.result or {}
@@ -740,7 +774,7 @@ def _incorrect(comparison: Comparison, reason: str, code: Code, trials: int, loc
                    rel_err=comparison.rel_err, trials=trials, localisation=located, feedback=feedback, **base)
 
 
-def _localised(comparisons: list[Comparison], outputs: list[list], refs: list[list], failed: int, problem: Problem,
+def _localised(comparisons: list[Comparison], outputs: list[list], refs: list[list], failed: int, tolerance: dict,
                device: torch.device):
     """Where set `failed` is wrong (its first wrong output), and which sets pass: computed here,
     from the outputs, never from anything the candidate's process says. None for a wrong type."""
@@ -749,7 +783,7 @@ def _localised(comparisons: list[Comparison], outputs: list[list], refs: list[li
     if comparison.code is Code.wrong_type or comparison.output >= min(len(out), len(ref)):
         return None
     out_t, ref_t = out[comparison.output], ref[comparison.output]
-    located = localise(out_t, ref_t, tolerance_for(ref_t.dtype, problem.tolerance), comparison.output, device)
+    located = localise(out_t, ref_t, tolerance_for(ref_t.dtype, tolerance), comparison.output, device)
     located.trial = failed + 1
     located.sets = [InputSet(trial=i + 1, shape=list(r[comparison.output].shape) if comparison.output < len(r) else [],
                              ok=c.ok, code=c.code) for i, (c, r) in enumerate(zip(comparisons, refs))]

@@ -1,4 +1,11 @@
-"""The Verifier's two sandbox workers, as specs: which dirs, caches and preloads each gets.
+"""The Verifier's sandbox workers, as specs: which dirs, caches and preloads each gets.
+
+Three roles: the candidates' worker; the trusted worker, for the reference jobs of the user's own
+problems; and the problems' worker, for the reference jobs of problems from outside (an MCP or
+LangChain caller's, a directory bench was pointed at: problem_meta.py). That one runs code nobody
+vouched for, so it gets what a candidate's worker gets of the trusted cache: its bytecode
+read-only and compile caches of each job's own, never a file a later trusted job or this process
+would load; its work dir (reference outputs) is its own, as hidden from candidates as the trusted one.
 
 No torch here, so the CLI can start both workers before its own process imports torch
 (`prestart`): the parent's import, the trusted worker's and the candidates' worker's then run at
@@ -83,6 +90,7 @@ class Layout:
     cache_note: str
     candidate: WorkerSpec = field(init=False)
     trusted: WorkerSpec = field(init=False)
+    problems: WorkerSpec = field(init=False)  # reference jobs of problems from outside
 
 
 def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, time_it: bool,
@@ -118,6 +126,10 @@ def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, t
     made.trusted = WorkerSpec(device, trusted_root, gpu_index, (workspace,), standby, trusted_cache_dir, False,
                               preload=DISPATCH_MODULES if preloading else (), preload_later=later,
                               bytecode_dir=bytecode, bytecode_writes=True)
+    compiler = tuple(m for m in later if m in COMPILER_MODULES)
+    made.problems = WorkerSpec(device, workspace / "verifier" / f"{name}-problems", gpu_index, hide, standby, None,
+                               True, preload=DISPATCH_MODULES if preloading else (), preload_later=compiler,
+                               bytecode_dir=bytecode)
     return made
 
 
