@@ -61,6 +61,7 @@ ORPHAN_ROUNDS = 64
 READY_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 1 << 20  # one line from a job; a longer one is a flood, and the job is killed
 MAX_JOB_BYTES = 256 << 20  # all a job may send up its channel; past it the job is killed
+PUMP_BYTES = 1 << 20  # read from a job's channel per turn of the zygote's loop
 BOX_REPORT_TIMEOUT_S = 10.0  # the job's box is locked within milliseconds of the job reaching it
 JOB_WRITABLE_ENV = "KERNELLOOP_JOB_WRITABLE"  # dirs every job of this worker may write, beside its own job dir
 
@@ -427,11 +428,15 @@ class _Relay:
     def __init__(self, standby: _Standby, protocol):
         self.up_fd, self.down_fd, self.protocol = standby.up_fd, standby.down_fd, protocol
         self.up_open = True
+        self.sent = 0  # bytes the child has sent up its channel
         self._buffer = b""
 
     def pump_up(self) -> bool:
-        """Forward the child's complete lines; False when it floods (a line over MAX_MESSAGE_BYTES)."""
-        while self.up_open:
+        """Forward the child's complete lines; False when it floods: a line over MAX_MESSAGE_BYTES, or
+        more than MAX_JOB_BYTES in all. Reads at most PUMP_BYTES a call, so the zygote goes back to
+        its other fds (the parent's kill) however fast the child writes."""
+        pumped = 0
+        while self.up_open and pumped < PUMP_BYTES:
             try:
                 chunk = os.read(self.up_fd, 65536)
             except BlockingIOError:
@@ -439,6 +444,10 @@ class _Relay:
             if not chunk:
                 self.up_open = False
                 break
+            pumped += len(chunk)
+            self.sent += len(chunk)
+            if self.sent > MAX_JOB_BYTES:
+                return False
             self._buffer += chunk
             while b"\n" in self._buffer:
                 line, self._buffer = self._buffer.split(b"\n", 1)
