@@ -71,7 +71,8 @@ def test_summary(folder: Path) -> str:
     return found[-1] if found else "no summary line"
 
 
-def main(root: Path) -> None:
+def report(root: Path) -> str:
+    """The README's text, from the raw files under `root`."""
     out = ["# The per-job box on an H200, measured", "",
            "Written by `benchmarks/containment_report.py` from the raw files in the folders beside it "
            "(`benchmarks/gpu_containment.sh`, one device call each, on one NVIDIA H200 node as root, "
@@ -86,7 +87,11 @@ def main(root: Path) -> None:
             doctor = " ".join(" ".join((folder / "doctor.txt").read_text().split()).split())
             out += [f"`kernelloop doctor` on the node: {doctor}", ""]
         out += bench_table(folder) + ["", f"GPU tests in this call: {test_summary(folder)}", ""]
-    (root / "README.md").write_text("\n".join(out))
+    return "\n".join(out)
+
+
+def main(root: Path) -> None:
+    (root / "README.md").write_text(report(root))
 
 
 if __name__ == "__main__":

@@ -61,11 +61,12 @@ def test_the_sandbox_check_names_the_mode_in_use(monkeypatch):
     usable = probe_bubblewrap().usable
     active = doctor.check_sandbox()
     assert active.status == ("ok" if usable else "warn")
-    assert ("bubblewrap: no network" if usable else "plain child processes") in active.detail
+    # What held for a real job: isolated in bubblewrap, or not, and why
+    assert ("isolated: bubblewrap sandbox" if usable else "NOT ISOLATED (plain mode") in active.detail
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "plain")
     plain = doctor.check_sandbox()
     assert (plain.status, plain.fix) == ("warn", "unset KERNELLOOP_SANDBOX")
-    assert "static rules, scrubbed environment and limits only" in plain.detail
+    assert "NOT ISOLATED (plain mode" in plain.detail
     monkeypatch.setenv("KERNELLOOP_SANDBOX", "bwrap")
     not_installed = Probe(False, None, "bubblewrap (bwrap) is not installed")
     monkeypatch.setattr(isolation, "probe_bubblewrap", lambda: not_installed)

@@ -46,7 +46,7 @@ from kernelloop.workspace import workspace_dir
 DEFAULT_TRIALS = 3
 CPU_MEMORY_LIMIT_BYTES = 16 << 30
 OUTPUT_FILE_SLACK_BYTES = 1 << 20  # a saved tensor list is its data plus a little framing
-CANDIDATE_MIN_FILE_BYTES = 256 << 20  # a kernel build's objects and caches; no file of a job outgrows it but its outputs
+CANDIDATE_MIN_FILE_BYTES = 512 << 20  # a kernel build's objects and caches; no file of a job outgrows it but its outputs
 SCRUTINY_SETS = 4  # more fresh sets for a kernel under the reference's roofline
 DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed
 CANDIDATE_PHASES = ("trials", "timing", "fresh")
