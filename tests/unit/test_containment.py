@@ -172,7 +172,8 @@ def test_a_plain_job_still_gets_seccomp_and_says_it_is_not_isolated(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged user needs root")
 def test_the_same_box_holds_when_an_unprivileged_user_runs_us():
     """The suite's own Python, started as nobody: where that user can reach the install, the same
-    job gets the same box (bubblewrap then makes the user namespace itself)."""
+    job gets the same box (bubblewrap then makes the user namespace itself), and attacks on the box
+    get the verdicts they get as root."""
     import shutil
     import tempfile
 
@@ -187,22 +188,41 @@ def test_the_same_box_holds_when_an_unprivileged_user_runs_us():
 def _as_nobody(tmp_path: Path) -> None:
     site = [p for p in sys.path if p.endswith("site-packages")]
     script = (f"import json, sys; sys.path[:0] = {[str(Path(__file__).resolve().parents[2]), *site]!r}; "
-              "from pathlib import Path; from tests.unit.test_containment import _box_of_a_job; "
-              f"print(json.dumps(_box_of_a_job(Path({str(tmp_path)!r}), 'bwrap')))")
+              "from pathlib import Path; from tests.unit.test_containment import _box_of_a_job, _attacks; "
+              f"print(json.dumps([*_box_of_a_job(Path({str(tmp_path)!r}), 'bwrap'), _attacks(Path({str(tmp_path)!r}))]))")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(site)}
     # This interpreter, or the system's of the same version where nobody can't reach this one (pyenv under /root).
     for python in (sys.executable, f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
         try:
             done = subprocess.run([python, "-c", script], user=65534, group=65534, extra_groups=[], cwd="/",
-                                  capture_output=True, text=True, timeout=120, env=env)
+                                  capture_output=True, text=True, timeout=300, env=env)
         except OSError:
             continue
         if "Permission denied" not in done.stderr and "No module named" not in done.stderr:
             break
     else:
         pytest.skip("nobody can reach no Python install with this suite's packages")
-    box, got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    box, got, verdicts = json.loads(done.stdout.strip().splitlines()[-1])
     assert box["isolated"] and box["own_namespaces"] == NAMESPACES and box["host_uid"] == 65534, box
+    # The attacks on the box get the verdicts they get as root, and later jobs are judged right.
+    assert verdicts == {"channel_takeover_via_proc": "correct", "plant_package_in_workdir": "correct",
+                        "root_remount_and_write": "correct", "honest": "correct", "zeros": "incorrect"}, verdicts
+
+
+def _attacks(tmp_path: Path) -> dict[str, str]:
+    """A few of the box's attack fixtures, then an honest and a zeros kernel, in one Verifier with
+    the static rules off: each one's verdict status."""
+    from kernelloop.tools.verify.verifier import Verifier
+
+    found = {}
+    with Verifier(device="cpu", workspace=tmp_path / "attacks", time_it=False, compile_timeout_s=30,
+                  run_timeout_s=30, static_checks=False) as verifier:
+        for name in ("channel_takeover_via_proc", "plant_package_in_workdir", "root_remount_and_write"):
+            found[name] = _verify(verifier, (FIXTURES / "cheats" / f"{name}.py").read_text()).status.value
+        found["honest"] = _verify(verifier, (FIXTURES / "honest" / "relu_triton.py").read_text()).status.value
+        found["zeros"] = _verify(verifier, ZEROS).status.value
+    return found
 
 
 # --------------------------------------------------------------------------- attacks, with the rules off
