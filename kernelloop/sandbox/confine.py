@@ -186,12 +186,12 @@ def _status(pid: int) -> dict[str, str]:
     return fields
 
 
-def measure(pid: int, zygote_pid: int | None = None) -> dict:
+def measure(pid: int) -> dict:
     """What holds for the job `pid`, read from outside it: its uids, capabilities (every thread),
     no_new_privs, seccomp, and whether its pid namespace is its own (NSpid one level deeper than
     the zygote's) and its user namespace is not the zygote's (uid_map)."""
     status = _status(pid)
-    mine = _status(zygote_pid or os.getpid())
+    mine = _status(os.getpid())  # the zygote's own, to compare pid namespace depth
     threads_with_caps = 0
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):

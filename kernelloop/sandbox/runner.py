@@ -42,7 +42,7 @@ from kernelloop.sandbox.isolation import (
     sandbox_user,
     visible,
 )
-from kernelloop.sandbox.redact import redact, secret_looking
+from kernelloop.sandbox.redact import redact, secret_looking, secrets
 from kernelloop.sandbox.safe_io import JobDir, read_tail
 from kernelloop.sandbox.zygote import JOB_WRITABLE_ENV
 
@@ -335,9 +335,10 @@ class Zygote:
     @staticmethod
     def _outcome(exit_code: int | None, timed_out: bool, phase: str, started: float, held: JobDir,
                  notes: list[str], result: dict | None = None) -> JobOutcome:
+        known = secrets()  # once for both tails
         return JobOutcome(exit_code=exit_code, timed_out=timed_out, phase=phase, elapsed_s=time.monotonic() - started,
-                          result=result, stdout_tail=redact(held.read_tail("stdout.txt", OUTPUT_TAIL_BYTES)),
-                          stderr_tail=redact(held.read_tail("stderr.txt", OUTPUT_TAIL_BYTES)), job_dir=held.path,
+                          result=result, stdout_tail=redact(held.read_tail("stdout.txt", OUTPUT_TAIL_BYTES), known),
+                          stderr_tail=redact(held.read_tail("stderr.txt", OUTPUT_TAIL_BYTES), known), job_dir=held.path,
                           notes=notes, ended_at=time.time())
 
     def _send(self, message: dict) -> None:
