@@ -72,6 +72,8 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path):
     # Round 1 verified, and round 2's fast coder (r2c0) saved while r2c1 still "thinks".
     wait_for(lambda: len(lines(killed_logs / "verify.log")) == 2, "round 1 to be verified")
     wait_for(lambda: saved_drafts_at_latest_checkpoint(killed, "t") == 1, "coder r2c0's write to be saved")
+    # r2c1 runs beside r2c0; on a busy machine it may not have reached the model yet, and the test is of a kill mid-call.
+    wait_for(lambda: "coder/r2c1" in lines(killed_logs / "model.log"), "coder r2c1 to be asking the model")
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=30)
     assert run.returncode == -signal.SIGKILL
