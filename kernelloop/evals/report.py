@@ -177,7 +177,9 @@ def write_report(out_dir: Path, summary: BenchSummary, attention: bool = False) 
     """summary.json, report.md, report.html (plots embedded) and plots/*.png under out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / SUMMARY_JSON
-    summary_path.write_text(summary.model_dump_json(indent=2) + "\n")
+    # No claims key where the input carried none: summary.json stays as it was for every other run.
+    summary_path.write_text(summary.model_dump_json(indent=2, exclude={"claims"} if summary.claims is None else None)
+                            + "\n")
     plot_paths, skipped = draw_plots(summary, out_dir / PLOTS_DIR, attention)
     report_path = out_dir / REPORT_MD
     markdown = render_markdown(summary, plot_paths, skipped, out_dir)

@@ -430,9 +430,13 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                 # The bar's text is read as markup: a name or a reason from elsewhere goes in escaped.
                 progress.update(task, completed=state.done, rate=state.rate_text, eta=state.eta_text,
                                 description=escape(one_line(f"{suite}: {last.problem} {outcome}", 200)))
-                if log_lines and (now - last_line >= LOG_EVERY_S or done == len(jobs)):
+                if log_lines and now - last_line >= LOG_EVERY_S:
                     stderr.print(escape(f"{suite}: {state.line()}"), highlight=False)
                     last_line = now
+            if log_lines:  # the last word, also when the time cap ended the run
+                state = pace(units, already_done, total, time.monotonic() - started)
+                stderr.print(escape(f"{suite}: {state.line()}" + (", stopped at the time cap" if done < len(jobs) else "")),
+                             highlight=False)
         finally:
             stop.set()
     return JobsRun(new_records, left=len(jobs) - done)
