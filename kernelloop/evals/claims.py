@@ -1,7 +1,9 @@
 """Our verdicts against the ones the input carried (a leaderboard's), solution by solution.
 
-A verdict disagrees when the statuses differ (the leaderboard lists only solutions it judged
-correct, so each of our rejections of one is a disagreement). A speedup disagrees only where both
+A verdict disagrees when one side says correct and the other does not (the leaderboard lists
+only solutions it judged correct, so each of our rejections of one is a disagreement; KernelBench's
+eval_results.json tells only compiled or not and correct or not, so how a wrong kernel fails is
+no disagreement). A speedup disagrees only where both
 sides measured one and one says faster than eager, the other slower: the input's numbers come from
 another GPU and harness, so a ratio between the two would mean little; the side of 1x does.
 A solution its own problem kept from being judged (a problem error) is not compared.
@@ -27,7 +29,7 @@ def compare_claims(records: Sequence[BenchRecord]) -> ClaimCheck | None:
         compared += 1
         claimed_speedup, speedup = claim.speedups.get(EAGER), record.speedups.get(EAGER)
         kind = None
-        if claim.status is not None and claim.status is not record.status:
+        if claim.status is not None and (claim.status is Status.correct) != (record.status is Status.correct):
             kind = "verdict"
         elif (record.status is Status.correct and claimed_speedup is not None and speedup is not None
               and (claimed_speedup > 1) != (speedup > 1)):

@@ -50,7 +50,7 @@ class Disagreement(BaseModel):
     problem: str
     level: int | None = None
     number: int | None = None
-    kind: str = Field(description="'verdict' (the statuses differ) or 'speedup' (one says faster than eager, "
+    kind: str = Field(description="'verdict' (correct on one side only) or 'speedup' (one says faster than eager, "
                       "the other slower)")
     claimed_status: Status | None = None
     status: Status | None = None

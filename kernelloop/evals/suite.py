@@ -38,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import kernelloop
 from kernelloop.evals import metrics
 from kernelloop.evals.attention import attention_problems
-from kernelloop.evals.kernelbench import kernelbench_problems, parse_candidate_name
+from kernelloop.evals.kernelbench import kernelbench_problems, parse_candidate_name, read_eval_results
 from kernelloop.evals.listed import ListedSolution
 from kernelloop.evals.pace import LOG_EVERY_S, pace
 from kernelloop.evals.records import (
@@ -104,11 +104,13 @@ class CandidateMatch:
 
     by_problem: dict[str, list[Path]]
     unmatched: list[Path] = field(default_factory=list)
+    claims: dict[Path, Claim] = field(default_factory=dict)  # from the directory's eval_results.json, if any
 
 
 def match_candidates(problems: Sequence[Problem], directory: Path) -> CandidateMatch:
     """Pair each problem with its candidates in `directory`: `NAME.py` like the problem file, or
-    KernelBench's `level_L_problem_N_sample_S_kernel.py` (level checked when the problem has one)."""
+    KernelBench's `level_L_problem_N_sample_S_kernel.py` (level checked when the problem has one);
+    with KernelBench's eval_results.json beside them, each sample's verdict there is its claim."""
     if not directory.is_dir():
         raise ProblemError(f"{directory}: no such candidates directory")
     by_name = {p.name: p for p in problems}
@@ -126,7 +128,11 @@ def match_candidates(problems: Sequence[Problem], directory: Path) -> CandidateM
             unmatched.append(path)
         else:
             ranked[target.name].append((rank, path))
-    return CandidateMatch({name: [path for _, path in sorted(found)] for name, found in ranked.items()}, unmatched)
+    said = read_eval_results(directory)
+    claims = {path: said[(kb.problem, kb.sample)].model_copy(update={"id": path.name}) for path in directory.glob("*.py")
+              if (kb := parse_candidate_name(path.name)) is not None and (kb.problem, kb.sample) in said}
+    return CandidateMatch({name: [path for _, path in sorted(found)] for name, found in ranked.items()}, unmatched,
+                          claims)
 
 
 # --------------------------------------------------------------------------- the work on one problem
@@ -137,7 +143,7 @@ class Job:
     problem: Problem
     key: str
     candidates: tuple[Path, ...] = ()
-    claim: Claim | None = None  # a listed solution (one candidate): its id and what the list said of it
+    claims: tuple[Claim | None, ...] = ()  # what the input said of each candidate (a list's entry, eval_results.json)
 
 
 ProblemWork = Callable[[Job], list[Attempt]]
@@ -215,8 +221,8 @@ def _score(verifier: VerifierLike, job: Job) -> list[Attempt]:
             break
         attempts.append(Attempt(verdict=verdict, elapsed_s=time.perf_counter() - started,
                                 candidate_path=path, candidate_sha256=candidate.sha256))
-    for attempt in attempts:
-        attempt.claim = job.claim
+    for attempt, claim in zip(attempts, job.claims):  # one attempt per candidate tried, in order
+        attempt.claim = claim
     return attempts
 
 
@@ -458,9 +464,10 @@ class BenchResult:
 def plan_jobs(problems: Sequence[Problem], mode: Mode, candidates: CandidateMatch | None = None,
               budget_s: float | None = None) -> list[Job]:
     jobs = []
+    claims = candidates.claims if candidates else {}
     for problem in problems:
         files = tuple(candidates.by_problem.get(problem.name, [])) if candidates else ()
-        jobs.append(Job(problem, job_key(mode, problem, files, budget_s), files))
+        jobs.append(Job(problem, job_key(mode, problem, files, budget_s), files, tuple(claims.get(f) for f in files)))
     return jobs
 
 
@@ -485,7 +492,7 @@ def plan_listed(listed: Listed, mode: Mode) -> list[Job]:
     jobs = []
     for solution in order:
         problem, path = listed.problems[(solution.level, solution.number)], listed.files[solution.claim.id]
-        jobs.append(Job(problem, job_key(mode, problem, (path,), solution=solution.claim.id), (path,), solution.claim))
+        jobs.append(Job(problem, job_key(mode, problem, (path,), solution=solution.claim.id), (path,), (solution.claim,)))
     return jobs
 
 

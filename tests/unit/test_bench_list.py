@@ -261,3 +261,31 @@ def test_cli_judges_a_list_for_correctness_with_two_workers_on_the_cpu(tmp_path)
     assert (tmp_path / "ws" / "verifier" / "cpu-w1").is_dir()  # the second worker ran in its own dirs
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "resumed: 3 job(s)" in again.output
+
+
+# --------------------------------------------------------------------------- KernelBench's own verdicts beside a directory
+
+
+def test_kernelbench_eval_results_beside_the_samples_are_compared(tmp_path):
+    from tests.unit.test_bench import write_candidate, write_problems
+
+    problems = write_problems(tmp_path / "suite", ["1_a", "2_b"])
+    cands = tmp_path / "cands"
+    write_candidate(cands / "level_1_problem_1_sample_0_kernel.py", "correct")
+    write_candidate(cands / "level_1_problem_1_sample_1_kernel.py", "incorrect")
+    write_candidate(cands / "level_1_problem_2_sample_0_kernel.py", "runtime_error")
+    (cands / "eval_results.json").write_text(json.dumps({
+        "1": [{"sample_id": 0, "compiled": True, "correctness": False, "metadata": {}, "runtime": -1.0},
+              {"sample_id": 1, "compiled": True, "correctness": True, "metadata": {}, "runtime": 0.2}],
+        "2": {"0": {"compiled": True, "correctness": False}}}))  # the older shape, by sample id
+    suite = bench.Suite("suite", "directory", problems)
+    result = bench.run_bench(suite, Mode.candidates, bench.scoring_work(lambda d: ScriptedVerifier(d, {})), ["cpu"],
+                             tmp_path / "out", candidates_dir=cands, show_progress=False)
+    check = result.summary.claims
+    assert check is not None and (check.compared, check.agreed) == (3, 1)  # runtime_error vs "not correct": agree
+    assert sorted((d.id, d.claimed_status, d.status) for d in check.disagreements) == [
+        ("level_1_problem_1_sample_0_kernel.py", Status.incorrect, Status.correct),
+        ("level_1_problem_1_sample_1_kernel.py", Status.correct, Status.incorrect)]
+    (cands / "eval_results.json").write_text("[1]")
+    with pytest.raises(ProblemError, match="not KernelBench's eval results"):
+        bench.match_candidates(problems, cands)
