@@ -289,3 +289,12 @@ def test_kernelbench_eval_results_beside_the_samples_are_compared(tmp_path):
     (cands / "eval_results.json").write_text("[1]")
     with pytest.raises(ProblemError, match="not KernelBench's eval results"):
         bench.match_candidates(problems, cands)
+
+
+def test_a_lanes_work_dir_is_never_taken_for_the_trusted_cache(tmp_path, monkeypatch):
+    from kernelloop.tools.verify import trusted_cache
+
+    for lane_dir in ("cuda0-w1", "cpu-w3", "cuda0"):
+        monkeypatch.setenv(trusted_cache.TRUSTED_CACHE_ENV, str(tmp_path / "ws" / "verifier" / lane_dir / "cache"))
+        root, note = trusted_cache.trusted_cache_root("bubblewrap")
+        assert root is None and "inside a candidates' work dir" in note, lane_dir
