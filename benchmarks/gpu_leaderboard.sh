@@ -31,8 +31,9 @@ for deb in .debs/*.deb; do [ -f "$deb" ] && dpkg -x "$deb" /tmp/debs; done
 if [ -x /tmp/debs/usr/bin/bwrap ]; then export PATH="/tmp/debs/usr/bin:$PATH"; fi
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$RUN"
-# The cap stops new work; the hard limit behind it cuts a candidate still running (its job is redone next call).
-timeout -k 10 $(( CAP + 120 )) python3 -m kernelloop.cli bench leaderboard --list "$RAW" --problems-dir "$PROBLEMS" \
+# The cap stops new work; the hard limit behind it interrupts a candidate still running (SIGINT: bench closes its
+# sandbox workers; its job is redone next call).
+timeout -s INT -k 20 $(( CAP + 120 )) python3 -m kernelloop.cli bench leaderboard --list "$RAW" --problems-dir "$PROBLEMS" \
   --device "${DEVICE:-cuda}" --no-timing --workers-per-gpu "$WORKERS" --stop-after "${CAP}s" --out "$RUN" \
   --workspace /tmp/kl-leaderboard > "$OUT/bench.out" 2> "$OUT/bench.log"
 echo "bench exit $?"; grep -E "candidates,|error" "$OUT/bench.log" | tail -2; grep -E "solved|stopped|resumed" "$OUT/bench.out"
