@@ -174,11 +174,14 @@ def listed_problems(solutions: Sequence[ListedSolution], directory: Path,
 
 def write_candidates(solutions: Sequence[ListedSolution], directory: Path) -> dict[str, Path]:
     """Each solution's code in DIR/<id>.py (written only when it differs, so a rerun finds the same file)."""
-    directory.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for solution in solutions:
-        path = directory / solution.filename
-        if not path.is_file() or path.read_text() != solution.code:
-            path.write_text(solution.code)
-        paths[solution.claim.id] = path
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for solution in solutions:
+            path = directory / solution.filename
+            if not path.is_file() or path.read_text() != solution.code:
+                path.write_text(solution.code)
+            paths[solution.claim.id] = path
+    except (OSError, UnicodeDecodeError) as exc:  # a full, read-only or odd --out: one line
+        raise ProblemError(f"can't write the listed solutions under {directory}: {exc}") from None
     return paths

@@ -235,6 +235,14 @@ def test_cli_list_without_problems_dir_is_usage(board):
     assert result.exit_code == 2 and "go together" in result.output
 
 
+def test_cli_an_out_dir_that_cant_be_written_is_one_line(board):
+    path, problems = board
+    result = runner.invoke(app, ["bench", "board", "--list", str(path), "--problems-dir", str(problems),
+                                 "--out", str(path), "--no-timing", "--device", "cpu"])  # --out is a file
+    assert result.exit_code == 2 and "can't write the listed solutions" in result.output
+    assert "Traceback" not in result.output
+
+
 # --------------------------------------------------------------------------- the real verifier, two workers
 
 
