@@ -3,13 +3,15 @@
 The work on one problem is injected, so one loop serves all three ways to run a bench:
 scoring candidates (`scoring_work`: a Verifier per device), timing baselines alone
 (`baselines_work`), and the agent loop (`agent_work`: a SolveFn per problem). A WorkFactory
-opens the work for one device; the loop runs one worker thread per device (one per GPU, or
-one on the CPU), each pulling problems from a shared queue. Threads suffice: the work waits on
-sandboxed child processes and on the model endpoint, not on Python.
+opens the work for one device; the loop runs one worker thread per device slot (one per GPU,
+or several sharing a GPU for correctness alone, or one on the CPU), each pulling jobs from a
+shared queue. Threads suffice: the work waits on sandboxed child processes and on the model
+endpoint, not on Python. A job is one problem with its candidates, or one solution of a list
+file (`plan_listed`: levels interleaved, so a run stopped at its time cap has some of each).
 
-Results are appended to results.jsonl one problem at a time (all its attempts together), and
-each record carries a job key; a rerun into the same directory skips the problems whose key
-is already there, so an interrupted run resumes where it stopped. A problem that failed itself
+Results are appended to results.jsonl one job at a time (all its attempts together), and
+each record carries a job key; a rerun into the same directory skips the jobs whose key
+is already there, so an interrupted or capped run resumes where it stopped. A problem that failed itself
 (its reference or baselines could not be run: a ProblemError) is recorded as such, without a
 verdict, and tried again by the next run; it never ends the run.
 """
