@@ -58,7 +58,7 @@ def production_profiles() -> list[Profile]:
                                     **launch_facts(SimpleNamespace(arg_names=["x"]), (), {"grid": (4,)}, kernel)}]
         measurement["roofline"]["sm_count"] = 132  # what measure.roofline_of adds on a GPU
         profiles.append(judge_speed(measurement).profile)
-    profiles.append(Profile.of(with_ncu(profiles[0].model_dump(), read_ncu_output(ncu_csv()), 20.0)))
+    profiles.append(with_ncu(profiles[0], read_ncu_output(ncu_csv()), 20.0))
     return profiles
 
 
