@@ -12,7 +12,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -147,7 +147,7 @@ def _profiled(run, job: dict[str, Any], channel: Channel) -> dict[str, Any]:
 
 
 
-def serve(job: dict[str, Any], jobs: dict[str, Callable[[dict[str, Any], Channel], dict[str, Any]]]) -> int:
+def serve(job: dict[str, Any], jobs: Mapping[str, Callable[[dict[str, Any], Channel], dict[str, Any]]]) -> int:
     """A worker's entry point in the forked child: runs `jobs[job["kind"]]` and reports its result on
     the job's channel; returns the exit code. Never raises."""
     channel = Channel.from_job(job)
