@@ -26,6 +26,7 @@ never show up in anything the verdict carries.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -190,9 +191,9 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
     verdict = verifier.verify(Candidate.from_file(path), Problem.from_file(header.problem))
     # Containment first: a leak or an escaped file matters even when the verdict is also wrong.
     assert SECRET not in verdict_text(verdict), f"{path.name}: the API key leaked into the verdict"
-    # Every sink writes UTF-8 (the CLI, results.jsonl, report.md): text no encoder takes must not get this far.
-    verdict_text(verdict).encode("utf-8")
-    verdict.model_dump_json()
+    # Every sink writes UTF-8 (the CLI's Rich output, bench's results.jsonl and report.md): a verdict holding
+    # text no UTF-8 encoder takes (lone surrogates) crashed them, so none may get this far.
+    json.dumps(verdict.model_dump(), ensure_ascii=False).encode("utf-8")
     if header.must_not_create is not None:
         assert not header.must_not_create.exists(), f"{path.name}: the candidate wrote {header.must_not_create}"
     statuses, reasons = (header.unlinted, header.unlinted_reasons) if unlinted else \
