@@ -15,11 +15,18 @@ from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Problem, ProblemError
 from kernelloop.results import Code, Status, TimingStats, Verdict
+from kernelloop.safe_text import utf8
+
+# Text from candidates and from the names of files in someone else's dir: a lone surrogate in it
+# would make the record unwritable as JSON (and end a bench run), so it is replaced on the way in.
+Text = Annotated[str, AfterValidator(utf8)]
 
 EAGER = "eager"
 COMPILE = "compile"
@@ -100,27 +107,27 @@ class BenchRecord(BaseModel):
 
     suite: str
     mode: Mode
-    job_key: str = Field(description="identifies the work done (mode, problem, candidates, budget): resume skips known keys")
-    problem: str = Field(description="problem name (file stem)")
-    problem_path: str
+    job_key: Text = Field(description="identifies the work done (mode, problem, candidates, budget): resume skips known keys")
+    problem: Text = Field(description="problem name (file stem)")
+    problem_path: Text
     problem_sha256: str
     level: int | None = None
     number: int | None = None
     attempt: int = Field(description="0-based index of the attempt within this problem")
     attempts_in_job: int = Field(default=1, description="records written for this job: fewer found means a torn write")
     status: Status | None = Field(default=None, description="None when nothing was verified")
-    reason: str = ""
+    reason: Text = ""
     code: Code = Field(default=Code.unknown, description="the verdict's reason code (unknown: no verdict, or an older file)")
-    problem_error: str | None = Field(default=None, description="set when the problem itself failed (its reference or "
+    problem_error: Text | None = Field(default=None, description="set when the problem itself failed (its reference or "
                                       "baselines), not the candidate: no status, counts as unsolved, and a rerun into "
                                       "the same directory tries that problem again")
     speedups: dict[str, float] = Field(default_factory=dict, description="over each baseline timed: 'eager', 'compile', ...")
     timings: dict[str, TimingStats] = Field(default_factory=dict)
     max_abs_err: float | None = None
     rel_err: float | None = None
-    suspicious: list[str] = Field(default_factory=list, description="the verifier's signs the result is too good")
+    suspicious: list[Text] = Field(default_factory=list, description="the verifier's signs the result is too good")
     elapsed_s: float = Field(description="seconds from the start of the problem to this attempt's result")
-    candidate: str | None = Field(default=None, description="path of the candidate file")
+    candidate: Text | None = Field(default=None, description="path of the candidate file")
     candidate_sha256: str | None = None
     tokens: Usage | None = Field(default=None, description="the model's tokens for the whole job (every call of its "
                                  "agent run, as the server reported them), on the job's first record only, so a sum "
@@ -182,7 +189,7 @@ class BenchSummary(BaseModel):
                              "baselines), 'not recorded' (agent results from before tokens were), 'no problem solved'")
     environments: list[RunEnvironment] = Field(default_factory=list, description="every distinct place measured")
     claims: ClaimCheck | None = Field(default=None, description="our verdicts against the input's; None: it carried none")
-    notes: list[str] = Field(default_factory=list)
+    notes: list[Text] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 

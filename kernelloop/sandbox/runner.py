@@ -325,8 +325,11 @@ class Zygote:
         why = [str(held["why"])] if held.get("why") else []
         if self.mode != "bubblewrap":
             why.insert(0, "plain mode: no read-only filesystem or hidden workspace (bubblewrap)")
+        held["host_gid"] = self.user[1] if self.user else os.getegid()
         if held["host_uid"] == 0:
             why.append("runs as root on the host")
+        elif held["host_gid"] == 0:
+            why.append("runs in group root on the host")
         held["isolated"] = not why
         if why:
             held["why"] = "; ".join(why)

@@ -152,13 +152,8 @@ def corpus_files() -> list[Path]:
 
 # Attacks a red team found open, kept in the corpus with the verdict they must get once fixed: each is an
 # expected failure (strict, so a fix shows as XPASS and its entry must go). Stem -> what is open.
-OPEN_WITH_RULES = {
-    "redteam2_surrogate_reason": "a verdict with lone surrogates in its reason cannot be written as UTF-8 JSON",
-    "redteam2_load_inline_cflags_shell": "the static rules do not read load_inline's extra_cflags, which ninja runs through sh",
-    "redteam2_benchmark_timer_exec": "torch.utils.benchmark.Timer runs a code string built at run time (exec in disguise)",
-}
+OPEN_WITH_RULES: dict[str, str] = {}
 OPEN_WITHOUT_RULES = {
-    "redteam2_surrogate_reason": OPEN_WITH_RULES["redteam2_surrogate_reason"],
     "redteam2_unlinked_disk_hold": "the job dir's disk budget walks names: unlinked files held open are not counted",
 }
 

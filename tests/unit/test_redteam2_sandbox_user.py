@@ -7,8 +7,8 @@ measured on the dev box (bubblewrap, root), "-1" or "4294967295" left the job ho
 --strict), and "65534:-1" or "65534:4294967295" left it in group root (gid 0: it read a 0640 root:root
 file) while the verdict said `isolated: true` with no warning. Only the environment sets it (a .env
 or kernelloop.toml in the working dir does not), so this is an operator's slip, not a candidate's
-move; the same refusal as "0" should meet it. Open ones are strict expected failures: a fix shows
-as XPASS and its mark must go.
+move; the same refusal as "0" meets it now (isolation.sandbox_user), and the worker checks the ids
+it reached after the drop (zygote._drop_to).
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ from kernelloop.sandbox.isolation import IsolationError, probe_bubblewrap
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BWRAP = probe_bubblewrap()
-OPEN = pytest.mark.xfail(strict=True, reason="open: -1 / 4294967295 pass the not-root check and mean 'unchanged'")
 CASES = [
     pytest.param("0", id="root-refused"),
     pytest.param("65534:0", id="group-root-refused"),
-    pytest.param("-1", id="minus-one", marks=OPEN),
-    pytest.param("4294967295", id="uint32-minus-one", marks=OPEN),
-    pytest.param("65534:-1", id="group-minus-one", marks=OPEN),
-    pytest.param("65534:4294967295", id="group-uint32-minus-one", marks=OPEN),
+    pytest.param("-1", id="minus-one"),
+    pytest.param("4294967295", id="uint32-minus-one"),
+    pytest.param("65534:-1", id="group-minus-one"),
+    pytest.param("65534:4294967295", id="group-uint32-minus-one"),
 ]
 
 
