@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError

@@ -153,9 +153,7 @@ def corpus_files() -> list[Path]:
 # Attacks a red team found open, kept in the corpus with the verdict they must get once fixed: each is an
 # expected failure (strict, so a fix shows as XPASS and its entry must go). Stem -> what is open.
 OPEN_WITH_RULES: dict[str, str] = {}
-OPEN_WITHOUT_RULES = {
-    "redteam2_unlinked_disk_hold": "the job dir's disk budget walks names: unlinked files held open are not counted",
-}
+OPEN_WITHOUT_RULES: dict[str, str] = {}
 
 
 def _open_marks(path: Path, open_attacks: dict[str, str]) -> list:
