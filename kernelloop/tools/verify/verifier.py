@@ -32,7 +32,7 @@ from kernelloop.sandbox import redact
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.timing import speedup_from_rounds
-from kernelloop.tools.verify import budget, interpreter_order, trusted_cache, workers
+from kernelloop.tools.verify import budget, interpreter_order, reruns, trusted_cache, workers
 from kernelloop.tools.verify.compare import Comparison, compare_device, compare_outputs, tolerance_for
 from kernelloop.tools.verify.localise import describe, irregular, localise
 from kernelloop.tools.verify.output_watch import FLOOD_BYTES, OutputWatch
@@ -566,8 +566,12 @@ class Verifier:
         failed = next((trial for trial, c in enumerate(comparisons) if not c.ok), None)
         if failed is not None:
             comparison = comparisons[failed]
+            located = _localised(comparisons, outputs, refs, failed, tolerance, self.compare_on)
+            if located is not None and sum(map(_nbytes, refs)) <= budget.LARGE_OUTPUT_BYTES:  # run it twice more
+                load = functools.partial(_load_sets, session.dir, like=[refs[failed]] * 2, device=self.compare_on)
+                reruns.relate(located, refs[failed], reruns.rerun(session, failed, load), tolerance)
             return _incorrect(comparison, f"{comparison.reason} (trial {failed + 1})", comparison.code, failed + 1,
-                              _localised(comparisons, outputs, refs, failed, tolerance, self.compare_on), base)
+                              located, base)
         worst_abs = max(c.max_abs_err for c in comparisons)
         worst_rel = max(c.rel_err for c in comparisons)
         decoy = self._decoy(disturbed, made, refs[0], tolerance)
@@ -764,6 +768,11 @@ def _load_outputs(held: JobDir, name: str, like: list[list], device: torch.devic
         detail = error_line(exc)[:200]
         return f"unreadable outputs: the candidate's process left an outputs file that cannot be judged ({detail})"
     return sets, extra
+
+
+def _load_sets(held: JobDir, name: str, like: list[list], device: torch.device) -> list[list] | str:
+    loaded = _load_outputs(held, name, like, device)
+    return loaded if isinstance(loaded, str) else loaded[0]
 
 
 def _incorrect(comparison: Comparison, reason: str, code: Code, trials: int, located, base: _VerdictBase) -> Verdict:
