@@ -43,7 +43,8 @@ def add_facts(loc: Localisation, ref: torch.Tensor, runs: list[torch.Tensor], po
     loc.nonfinite_written = int((written & finite_ref & ~torch.isfinite(f1)).sum())
     step = float(poison[0].double() - poison[1].double())
     both = torch.isfinite(f1) & torch.isfinite(f2)
-    moved = ~((f1 - f2).abs() <= bound)  # NaN in one run only moves too
+    same = ((f1 - f2).abs() <= bound) | (f1 == f2) | (torch.isnan(f1) & torch.isnan(f2))
+    moved = ~same  # NaN (or inf) in one run only moves too
     follows = written & both & moved & ((f1 - f2 - step).abs() <= bound + 1e-3 * abs(step))
     loc.init_dependent = int(follows.sum())
     loc.varies = int((written & moved & ~follows).sum())
@@ -120,22 +121,25 @@ def relation(f: torch.Tensor, r: torch.Tensor, written: torch.Tensor, bad: torch
     rows, cols = _rows_cols(shape)
     finite = torch.isfinite(f) & torch.isfinite(r)
     keep = written & finite
+    wrong = bad & finite  # a moved or shifted output must put right what is wrong, not only what is near 0
+    if int(wrong.sum()) < 4:
+        return "", ""
     if rows > 1 and cols > 1:
         if rows == cols:
             moved = f.reshape(rows, cols).t().reshape(-1)
         else:
             moved = f.reshape(cols, rows).t().reshape(-1)
-        if _explains(moved, r, finite & torch.isfinite(moved), bound):
+        if _explains(moved, r, wrong & torch.isfinite(moved), bound):
             laid = "" if rows == cols else f", its memory laid out as a ({cols}, {rows}) matrix"
             return "transpose", f"the output holds the reference transposed{laid}: what belongs at [i, j] is at [j, i]"
         for step, words in ((1, "row i holds what row i-1 should (every row shifted down by one)"),
                             (-1, "row i holds what row i+1 should (every row shifted up by one)")):
-            got, want, kept = _shifted(f, r, keep, step * cols)
+            got, want, kept = _shifted(f, r, wrong, step * cols)
             if _explains(got, want, kept, _bound_of(bound, step * cols)):
                 return "row_shift", words
     for block in (b for b in _powers() if b != cols):
         for step in (1, -1):
-            got, want, kept = _shifted(f, r, keep, step * block)
+            got, want, kept = _shifted(f, r, wrong, step * block)
             if int(kept.sum()) and _explains(got, want, kept, _bound_of(bound, step * block)):
                 way = "later" if step == 1 else "earlier"
                 return "block_shift", f"every element sits one block of {block} elements {way} than it should"
@@ -176,7 +180,7 @@ def _per_line(f: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, bad: torch.T
     lines = torch.nonzero(bad.any(1)).flatten()
     if lines.numel() == 0:
         return None
-    f, r, keep, bound = f[lines], r[lines], keep[lines], bound[lines]
+    f, r, keep, bound, wrong = f[lines], r[lines], keep[lines], bound[lines], (bad & keep)[lines]
     if not bool(keep.any()):
         return None
     significant = keep & (r.abs() > 1e-6 * float(r[keep].abs().max()))
@@ -186,7 +190,8 @@ def _per_line(f: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, bad: torch.T
         if not bool(torch.isfinite(per_line).all()):
             continue
         model = r * per_line[:, None] if kind == "factor" else r + per_line[:, None]
-        if not _explains(model.reshape(-1), f.reshape(-1), keep.reshape(-1), (bound + 1e-4 * f.abs()).reshape(-1)):
+        within = (bound + 1e-4 * f.abs()).reshape(-1)
+        if not all(_explains(model.reshape(-1), f.reshape(-1), part.reshape(-1), within) for part in (keep, wrong)):
             continue
         spread = float(per_line.max() - per_line.min())
         scale = float(per_line.abs().max()) if kind == "factor" else float(r[keep].abs().max())
