@@ -29,10 +29,9 @@ def _across_rows(loc: Localisation) -> bool:
 
 
 def _overflow(loc: Localisation) -> str:
-    if _across_rows(loc) and loc.tail_from is None:
+    if _across_rows(loc) and loc.tail_from is None:  # the counts are in the facts: the cause reads the same each run
         which = ("fills whole rows" if loc.whole_rows else
-                 f"appears in {'every row' if loc.rows_bad == loc.rows else 'almost every row'} "
-                 f"({loc.rows_bad} of {loc.rows})")
+                 f"appears in {'every row' if loc.rows_bad == loc.rows else 'almost every row'}")
         return (f"{loc.nonfinite_kind or 'NaN'} {which} where the reference is finite, and the kernel computes it (it "
                 "stays with finite values in the output memory): an overflow in a row reduction (exp of large "
                 "values: subtract the row max before tl.exp)")
@@ -113,7 +112,8 @@ CAUSES: tuple[Cause, ...] = (
           lambda loc: f"wrong at position(s) {loc.block_positions} of every block of {loc.block}: an off-by-one at "
                       "the block boundary; check the block's start/end offsets and `<` versus `<=` in the mask"),
     Cause("constant_stride", "an index or stride off by a constant",
-          lambda loc: _steady(loc) and loc.block is None and loc.period is not None,
+          # a period of one row is a column, not a stride: the columns line says which
+          lambda loc: _steady(loc) and loc.block is None and loc.period is not None and loc.period != loc.columns,
           lambda loc: f"wrong at every {loc.period}th element: an index or stride off by a constant"),
     Cause("row_stride", "the row stride", lambda loc: _steady(loc) and loc.first_row_only_right,
           lambda loc: "only row 0 is right and every other row is wrong: the row stride (or row offset) is wrong; "
@@ -126,16 +126,13 @@ CAUSES: tuple[Cause, ...] = (
     Cause("overflow", "overflow", lambda loc: loc.nonfinite_written > 0 or (loc.reruns == 0 and loc.nonfinite > 0),
           lambda loc: _overflow(loc) if loc.reruns else _unwritten_or_overflow(loc)),
     Cause("race", "race across programs", lambda loc: loc.varies > 0,
-          lambda loc: "the written result differs between two runs of the same inputs"
-                      + (f" ({loc.blocks_bad} of {loc.blocks} blocks of {loc.block_size} wrong in this one)"
-                         if loc.blocks else "")
-                      + ": it depends on the order the programs ran in, a race across programs; each program may "
-                        "read only what it computes itself, or use atomics or a second pass"),
+          lambda loc: "the written result differs between two runs of the same inputs: it depends on the order "
+                      "the programs ran in, a race across programs; each program may read only what it computes "
+                      "itself, or use atomics or a second pass"),
     Cause("precision", "precision loss", _precision,
-          lambda loc: f"close everywhere but not close enough (median relative error {loc.median_rel_err:.2g} over "
-                      f"{loc.bad} elements): a precision loss, not an indexing bug; accumulate in float32 (tl.float32 "
-                      "accumulators, .to(tl.float32) before sums and dots) and keep the reference's order of "
-                      "operations"),
+          lambda loc: "close everywhere but not close enough (the median relative error is in the facts): a "
+                      "precision loss, not an indexing bug; accumulate in float32 (tl.float32 accumulators, "
+                      ".to(tl.float32) before sums and dots) and keep the reference's order of operations"),
 )
 BY_KEY = {cause.key: cause for cause in CAUSES}
 

@@ -234,7 +234,8 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
             costs: dict | None = None, poison_value: float = math.nan) -> tuple[list, list, tuple[Code, str] | None]:
     """One checked forward: device inputs, poisoned memory, input and alias checks.
 
-    `specs`: the outputs' shapes and dtypes, to poison with (`poison_value`, NaN but in the parent's reruns). `reuse`: device tensors of an earlier call to copy the new
+    `specs`: the outputs' shapes and dtypes, to poison with (`poison_value`: NaN, but in the parent's reruns).
+    `reuse`: device tensors of an earlier call to copy the new
     values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
     `costs` gets each step's seconds: "inputs_s" (to the device, and the pristine copies), "poison_s", "forward_s" (the
     forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host)."""
