@@ -66,7 +66,7 @@ def _precision(loc: Localisation) -> bool:
 
 
 CAUSES: tuple[Cause, ...] = (
-    Cause("irregular_mask", "only the irregular shapes", lambda loc: loc.irregular_only,
+    Cause("irregular_mask", "a tail or boundary is not masked", lambda loc: loc.irregular_only,
           lambda loc: "wrong only on the irregular shapes (not multiples of 16): a tail or boundary is not masked; "
                       "mask every load and store with offsets < size and launch cdiv(size, BLOCK) programs"),
     Cause("tail_mask", "the last partial block is not handled",
@@ -123,7 +123,7 @@ CAUSES: tuple[Cause, ...] = (
                       "the output before writing it (accumulates into torch.empty memory); start from torch.zeros or "
                       "write each element before reading it"),
     # Before the verifier reran failed sets (older verdicts), NaN could be either: both are named.
-    Cause("overflow", "overflow", lambda loc: loc.nonfinite_written > 0 or (loc.reruns == 0 and loc.nonfinite > 0),
+    Cause("overflow", "an overflow", lambda loc: loc.nonfinite_written > 0 or (loc.reruns == 0 and loc.nonfinite > 0),
           lambda loc: _overflow(loc) if loc.reruns else _unwritten_or_overflow(loc)),
     Cause("race", "race across programs", lambda loc: loc.varies > 0,
           lambda loc: "the written result differs between two runs of the same inputs: it depends on the order "

@@ -288,8 +288,7 @@ def rerun_facts(loc: Localisation) -> list[str]:
              if loc.unwritten else "every element was written (none held the poison in two runs with different "
                                    "poison values)"]
     if loc.nonfinite_written:
-        lines.append(f"{loc.nonfinite_written} NaN/inf values are written by the kernel itself (they stay when the "
-                     "output memory holds finite values)")
+        lines.append("the kernel computes NaN/inf itself: they stay when the output memory holds finite values")
     if loc.init_dependent:
         lines.append(f"{loc.init_dependent} written elements move with what the output memory held before the call")
     if loc.varies:
