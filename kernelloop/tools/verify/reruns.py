@@ -13,7 +13,7 @@ import torch
 
 from kernelloop.results import Localisation
 from kernelloop.tools.verify.compare import tolerance_for
-from kernelloop.tools.verify.written import add_facts
+from kernelloop.tools.verify.written import MAX_ELEMENTS, add_facts
 
 MANTISSAS = (1.125, 1.25, 1.375, 1.625, 1.75, 1.875)  # 3 bits: exact in float16 and bfloat16 too
 
@@ -23,6 +23,15 @@ def draw_poisons() -> list[float]:
     kernel can't write them on purpose) and every floating dtype holds exactly."""
     values = [MANTISSAS[secrets.randbelow(len(MANTISSAS))] * 2.0 ** (4 + secrets.randbelow(5)) for _ in range(2)]
     return [values[0], -values[1]]
+
+
+def wanted(located: Localisation | None, ref: list) -> bool:
+    """Whether the reruns can add facts: a localised output small enough to relate, in a set of
+    outputs small enough to hold twice more."""
+    if located is None or located.output >= len(ref) or not isinstance(ref[located.output], torch.Tensor):
+        return False
+    total = sum(t.numel() * t.element_size() for t in ref if isinstance(t, torch.Tensor))
+    return ref[located.output].numel() <= MAX_ELEMENTS and total <= 4 * MAX_ELEMENTS * 8
 
 
 def rerun(session, failed: int, load: Callable[[str], list[list] | str]) -> tuple[list[list], list[float]] | None:

@@ -567,7 +567,7 @@ class Verifier:
         if failed is not None:
             comparison = comparisons[failed]
             located = _localised(comparisons, outputs, refs, failed, tolerance, self.compare_on)
-            if located is not None and sum(map(_nbytes, refs)) <= budget.LARGE_OUTPUT_BYTES:  # run it twice more
+            if reruns.wanted(located, refs[failed]):  # run it twice more: what was never written, what moved
                 load = functools.partial(_load_sets, session.dir, like=[refs[failed]] * 2, device=self.compare_on)
                 reruns.relate(located, refs[failed], reruns.rerun(session, failed, load), tolerance)
             return _incorrect(comparison, f"{comparison.reason} (trial {failed + 1})", comparison.code, failed + 1,
