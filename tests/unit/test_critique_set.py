@@ -56,7 +56,7 @@ def test_a_cause_without_its_facts_is_counted_wrong():
     fault = next(f for f in FAULTS if f.name == "missing_tail_mask")
     from kernelloop.results import Localisation, Status, Verdict
 
-    verdict = Verdict(status=Status.incorrect, localisation=Localisation(reruns=2, tail_from=12288)).model_dump()
+    verdict = Verdict(status=Status.incorrect, reason="nan", localisation=Localisation(reruns=2, tail_from=12288)).model_dump()
     assert wrong_causes(fault, "the last partial block is not handled", verdict) == []
     assert wrong_causes(fault, "a race across programs", verdict) == ["race"]
     assert wrong_causes(fault, "the row stride (or row offset) is wrong", verdict) == ["row_stride"]
