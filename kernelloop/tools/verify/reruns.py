@@ -39,6 +39,7 @@ def rerun(session, failed: int, load: Callable[[str], list[list] | str]) -> tupl
     poisons, or None when it could not (it ended, refused, or left no readable file)."""
     poisons = draw_poisons()
     seeds = [secrets.randbelow(2**31 - 1) + 1 for _ in poisons]
+    session.advance("rerun")  # its own time limit: slow trials leave the reruns theirs
     if not session.send({"rerun": {"set": failed, "poisons": poisons, "order_seeds": seeds}}):
         return None
     answer = session.receive()

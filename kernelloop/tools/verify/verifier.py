@@ -49,7 +49,7 @@ OUTPUT_FILE_SLACK_BYTES = 1 << 20  # a saved tensor list is its data plus a litt
 CANDIDATE_MIN_FILE_BYTES = 512 << 20  # a kernel build's objects and caches; no file of a job outgrows it but its outputs
 SCRUTINY_SETS = 4  # more fresh sets for a kernel under the reference's roofline
 DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed
-CANDIDATE_PHASES = ("trials", "timing", "fresh")
+CANDIDATE_PHASES = ("trials", "rerun", "timing", "fresh")  # "rerun": a failed set again, for the feedback only
 
 
 class _VerdictBase(TypedDict, total=False):
@@ -146,6 +146,7 @@ def precheck(candidate: Candidate, device: str, static_checks: bool = True) -> V
 
 
 PHASE_WORDS = {"compile": "loading, compiling and making its first call", "trials": "running the trials",
+               "rerun": "running a failed set again with other poisons",
                "timing": "being timed", "fresh": "running on fresh inputs"}
 
 
@@ -187,6 +188,7 @@ PHASE_NAMES = {  # the phases of Verdict.cost_s ("phase_<name>_s"), in order, in
     "reference": "trusted reference job: problem import, inputs and reference outputs",
     "candidate": "candidate's child: import, compile and first call, trials, decoy runs, saving outputs",
     "compare": "parent: loading and comparing outputs",
+    "rerun": "a failed set run twice more with other poisons, for the feedback (reruns.py)",
     "baselines": "trusted job: eager and torch.compile baselines set up (compile)",
     "timing": "timing rounds and the back-to-back check, both children",
     "profile": "candidate's profile",
