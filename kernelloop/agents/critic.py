@@ -119,7 +119,7 @@ def _incorrect_fixes(verdict: Verdict) -> list[str]:
     elif code is Code.wrong_type:
         fixes.append(f"{verdict.reason}: return exactly the reference's shapes and dtypes as plain tensors")
     if verdict.localisation is not None:
-        return fixes + wrong_output_fixes(verdict.localisation, interpreter_shuffled=verdict.device == "cpu")
+        return fixes + wrong_output_fixes(verdict.localisation)
     if code in (Code.mismatch, Code.off_on_most, Code.biased) and rel is not None and rel >= 0.5:
         fixes.append(f"the result is wrong, not imprecise (rel_err {rel:.2g}): check indexing, strides, the "
                      "reduction axis and which elements each program writes")
