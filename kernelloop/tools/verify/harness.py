@@ -47,6 +47,7 @@ from kernelloop.problem import import_source
 from kernelloop.results import STATUS_OF, Code
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
+from kernelloop.tools.verify import build_job
 from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
 from kernelloop.tools.verify.compare import flatten_outputs
 from kernelloop.tools.verify.reference_job import run_reference
@@ -68,15 +69,16 @@ class LaunchCounter:
         # launch is given gets noise first (originals kept in `saved`, put back by `restore`).
         self.mode: str | None = None
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.served: list[str] = []  # extension modules loaded from the compile stage's product (build_job.py)
 
-    def install(self) -> None:
+    def install(self, prebuilt: dict[str, Any] | None = None) -> None:
         from triton.runtime import interpreter, jit
 
         for cls in (jit.JITFunction, interpreter.InterpretedFunction):
             self._wrap_run(cls)
         import torch.utils.cpp_extension as cpp_extension
 
-        original_load_inline = cpp_extension.load_inline
+        original_load_inline = build_job.serve(cpp_extension.load_inline, prebuilt, self.served)
         counter = self
 
         def counted_load_inline(*args, **kwargs):
@@ -354,7 +356,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     device = job["device"]
     steps = Stopwatch()  # where the child's setup goes, for the verifier's cost report
     counter = LaunchCounter()
-    counter.install()
+    counter.install(job.get("prebuilt"))
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     try:
@@ -420,7 +422,7 @@ class _CandidateSession:
 
     def claims(self) -> dict[str, Any]:
         return {"launches": dict(self.counter.launches), "costs": self.costs, "overhead": self.overhead,
-                "interpreter_shuffled": self.shuffled}
+                "interpreter_shuffled": self.shuffled, "prebuilt_served": list(self.counter.served)}
 
     def run(self) -> dict[str, Any]:
         found = self.trials()
@@ -554,7 +556,8 @@ def run_baselines(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         return {"status": "ran", "timing": measure_baselines(problem, input_sets, job["device"], {**job, "init_seed": INIT_SEED})}
 
 
-JOBS = {"reference": run_reference, "candidate": run_candidate, "baselines": run_baselines}
+JOBS = {"reference": run_reference, "candidate": run_candidate, "baselines": run_baselines,
+        "build": build_job.run_build}
 
 
 def _profiled(run, job: dict[str, Any], channel: Channel) -> dict[str, Any]:

@@ -347,7 +347,9 @@ class Verifier:
         return trials
 
     # -- candidate --------------------------------------------------------------------------
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
+    def verify(self, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+        """`prebuilt`: the candidate's extensions as the pool's compile stage built them
+        (build_stage.py, Product.job_field), served to its job instead of building there."""
         started = time.perf_counter()
         laps = self._laps = Laps()
         self._cache_state = {}
@@ -376,6 +378,8 @@ class Verifier:
         job = self._job("candidate", candidate_path=str(candidate_path),
                         inputs_path=str(self._hand_over(made, job_dir)), decoy_check=decoy_check,
                         output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
+        if prebuilt:
+            job["prebuilt"] = prebuilt
         # What its files may hold: three sets of outputs, however small (a disk-filling job is killed).
         file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)))
         session = self.zygote.start(job, job_dir, self.compile_timeout_s, self.run_timeout_s, CANDIDATE_PHASES,
