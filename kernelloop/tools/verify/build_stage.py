@@ -51,6 +51,7 @@ STAGE_VERSION = 1  # bump when what a build job makes changes: old products are 
 RUN_SLACK_S = 10.0  # a build job has no run phase; this is its grace past the compile limit
 BUILD_FILE_BYTES = 512 << 20  # the largest file a build may write (objects, libraries)
 FEEDBACK_LINES = 25
+BUILD_NICE = 10  # on a GPU pool, build jobs yield the CPU to the job being timed
 BUILD_PRELOAD = ("torch.utils.cpp_extension",)  # what every build job imports; never the dispatch modes
 
 
@@ -225,7 +226,8 @@ class BuildStage:
         job_dir = new_job_dir(zygote.work_dir / "jobs", "build-")
         (job_dir / "candidate.py").write_text(candidate.source)
         job = {"kind": "build", "device": "cpu", "candidate_path": str(job_dir / "candidate.py"),
-               "build_env": {"TORCH_CUDA_ARCH_LIST": self.arch_list} if self.arch_list else {}}
+               "build_env": {"TORCH_CUDA_ARCH_LIST": self.arch_list} if self.arch_list else {},
+               "nice": BUILD_NICE if self.device == "cuda" else 0}
         try:
             session = zygote.start(job, job_dir, self.compile_timeout_s, RUN_SLACK_S,
                                    file_size_bytes=BUILD_FILE_BYTES, disk_budget=True)
@@ -254,6 +256,8 @@ class BuildStage:
         if status != "built":
             why = result.get("reason") if isinstance(result.get("reason"), str) else f"exit code {outcome.exit_code}"
             return Built(note=f"nothing built ahead ({str(why)[:200]})")
+        if not result.get("calls"):
+            return Built(note="no load_inline call ran as it was imported")
         admitted = self.store.admit(key, job_dir, result.get("calls"), toolchain(self.arch_list))
         if isinstance(admitted, str):
             return Built(note=f"its build was not admitted: {admitted}")

@@ -200,8 +200,8 @@ def _with_build(verdict: Verdict, built: Built, refused: str | None) -> Verdict:
     """The compile stage's share of a verdict: its costs, and a product refused at hand-over."""
     verdict.cost_s = {**verdict.cost_s, "build_wait_s": built.wait_s, "build_s": built.build_s,
                       "build_reused": float(built.reused)}
-    if refused:
-        verdict.warnings = [*verdict.warnings, refused]
+    notes = [f"compile stage: {note}" for note in (built.note, refused) if note]
+    verdict.warnings = [*verdict.warnings, *notes]
     return verdict
 
 
