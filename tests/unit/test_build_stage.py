@@ -164,7 +164,7 @@ def test_a_build_that_plants_for_later_builds_reaches_none(pool):
     assert not list((pool.space / "verifier").glob("build0/jobs/planted"))
     twin = pool.verify(_honest("after the plant"), _problem())
     assert twin.status is Status.correct, (twin.reason, twin.stderr_tail)
-    assert twin.own_kernels == ["shared_relu"]
+    assert twin.own_kernels == ["ext:shared_relu"]
 
 
 @pytest.mark.slow

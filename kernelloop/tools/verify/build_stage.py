@@ -200,6 +200,20 @@ class BuildStage:
         self.store.discard(built.product.key)
         return None, f"its build product was refused ({found}); its job built the extension itself"
 
+    def start(self, wait: bool = False) -> None:
+        """Start every slot's build worker now, all at once (a GPU pool does, as it opens); `wait`
+        for them to be ready. A worker that fails to start is met, and reported, by its first build."""
+        with self._cond:
+            if all(z is None for z in self._zygotes):
+                self._start_all()
+            zygotes = list(self._zygotes)
+        for zygote in zygotes if wait else ():
+            if zygote is not None:
+                try:
+                    zygote.wait_ready()
+                except SandboxError:
+                    pass
+
     def _start_all(self) -> None:
         for index, spec in enumerate(self.specs):
             try:

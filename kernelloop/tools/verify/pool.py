@@ -254,6 +254,8 @@ class LocalPool(VerifierPool):
                                      keep_jobs=verifier_options.get("keep_jobs", False))
         if (self.device == "cuda") if start_now is None else start_now:
             self._start_all(workers)
+            if self._stage is not None:
+                self._stage.start()
 
     @staticmethod
     def _start_all(workers: list[Verifier]) -> None:
