@@ -102,6 +102,7 @@ def slots_of(mode: str) -> int:
 
 def run_mode(pool: VerifierPool, problem: Problem, batch: list[Candidate]) -> dict:
     width = min(len(batch), pool.parallel_callers)
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=width) as callers:
         verdicts = list(callers.map(lambda c: pool.verify(c, problem), batch))
@@ -110,7 +111,8 @@ def run_mode(pool: VerifierPool, problem: Problem, batch: list[Candidate]) -> di
     records = [{"status": v.status.value, "reason": v.reason[:200], "warnings": v.warnings,
                 **{k: round(v.cost_s[k], 3) for k in ("build_s", "build_wait_s", "build_reused", "total_s", "child_s")
                    if k in v.cost_s}} for v in verdicts]
-    return {"callers": width, "count": count, "wall_s": round(wall_s, 2), "per_minute": round(60 * count / wall_s, 2),
+    return {"load_1min_before": round(load_before, 2), "load_1min_after": round(os.getloadavg()[0], 2),
+            "callers": width, "count": count, "wall_s": round(wall_s, 2), "per_minute": round(60 * count / wall_s, 2),
             "correct": sum(r["status"] == "correct" for r in records), "records": records}
 
 
@@ -118,10 +120,13 @@ def report(summary: dict) -> str:
     """The report, from summary.json alone."""
     lines = [f"# Compile stage: candidates a minute on {summary['device']} ({summary['cores']} cores)", "",
              "Written by benchmarks/compile_stage.py from summary.json (raw.json: every verdict).", "",
-             "| mode | build slots | callers | candidates | correct | wall s | per minute |", "|---|---|---|---|---|---|---|"]
+             "The host's 1-minute load average before and after each mode says how much else ran beside it.", "",
+             "| mode | build slots | callers | candidates | correct | wall s | per minute | load before, after |",
+             "|---|---|---|---|---|---|---|---|"]
     for mode, row in summary["modes"].items():
         lines.append(f"| {mode} | {row['slots']} | {row['callers']} | {row['count']} | "
-                     f"{row['correct']} | {row['wall_s']} | {row['per_minute']} |")
+                     f"{row['correct']} | {row['wall_s']} | {row['per_minute']} | "
+                     f"{row.get('load_1min_before', '?')}, {row.get('load_1min_after', '?')} |")
     return "\n".join(lines) + "\n"
 
 

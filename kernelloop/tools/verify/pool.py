@@ -166,7 +166,9 @@ class VerifierPool(ABC):
             return built.verdict
         with self._workers.borrow(problem.sha256) as worker:
             prebuilt, refused = self._stage.hand_over(built) if self._stage is not None and built else (None, None)
-            verdict = self._verify_on(worker, candidate, problem, prebuilt)
+            # Only with a product: a pool without a compile stage keeps its three-argument _verify_on.
+            verdict = (self._verify_on(worker, candidate, problem, prebuilt) if prebuilt is not None
+                       else self._verify_on(worker, candidate, problem))
         return _with_build(verdict, built, refused) if built is not None else verdict
 
     def time_baselines(self, problem: Problem) -> dict[str, Any]:
@@ -254,7 +256,7 @@ class LocalPool(VerifierPool):
                                      keep_jobs=verifier_options.get("keep_jobs", False))
         if (self.device == "cuda") if start_now is None else start_now:
             self._start_all(workers)
-            if self._stage is not None:
+            if self._stage is not None and self.device == "cuda":  # on the CPU, with the first build
                 self._stage.start()
 
     @staticmethod
