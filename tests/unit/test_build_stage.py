@@ -226,3 +226,12 @@ def test_the_candidates_worker_reads_the_store_and_build_workers_do_not_see_it(t
     assert all(tmp_path in spec.hide for spec in stage.specs)
     assert (tmp_path / "verifier" / "builds").is_dir() and not (tmp_path / "verifier" / "builds" / MANIFEST).exists()
     stage.close()
+
+
+def test_no_compile_stage_where_the_sandbox_is_plain(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLOOP_SANDBOX", "plain")
+    with LocalPool(["cpu"], workspace=tmp_path, compile_workers=2) as plain:
+        assert plain._stage is None and "plain" in plain.stage_note and plain.parallel_callers == 1
+    monkeypatch.delenv("KERNELLOOP_SANDBOX")
+    with LocalPool(["cpu"], workspace=tmp_path, compile_workers=0) as off:
+        assert off._stage is None and off.queues() == QueueCounts()

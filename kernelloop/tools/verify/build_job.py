@@ -26,6 +26,7 @@ import inspect
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -112,7 +113,11 @@ def serve(load_inline: Callable, prebuilt: dict[str, Any] | None, served: list[s
         module_name = by_key.get(call_key(load_inline, args, kwargs) or "")
         if module_name is None:
             return load_inline(*args, **kwargs)
-        module = load_library(module_name, where / f"{module_name}{LIBRARY_SUFFIX}")
+        try:
+            module = load_library(module_name, where / f"{module_name}{LIBRARY_SUFFIX}")
+        except Exception as exc:  # noqa: BLE001 - never a verdict of the stage's making: build it here instead
+            print(f"kernelloop: the built {module_name} did not load ({error_line(exc)}); building it", file=sys.stderr)
+            return load_inline(*args, **kwargs)
         served.append(module_name)
         return module
 

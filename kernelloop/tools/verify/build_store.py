@@ -105,8 +105,8 @@ class BuildStore:
     """The products of one workspace. Only the trusted parent writes here."""
 
     def __init__(self, root: Path):
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        Path(root).mkdir(parents=True, exist_ok=True)
+        self.root = Path(root).resolve()  # the path the candidates' sandbox binds, and the one walked link-free
         os.chmod(self.root, 0o755)  # readable by the sandbox user, writable by this process alone
         self._admitted: dict[str, tuple[tuple[str, str], ...]] = {}  # key -> digests, as this process wrote them
 

@@ -38,7 +38,7 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Verdict
-from kernelloop.sandbox.isolation import GPU_MEMORY_FRACTION_ENV, MODE_ENV
+from kernelloop.sandbox.isolation import GPU_MEMORY_FRACTION_ENV, MODE_ENV, IsolationError, choose_mode
 from kernelloop.sandbox.runner import PRELOAD_ENV
 from kernelloop.tools.verify.build_stage import BuildStage, Built, cuda_arch_list, wants_build
 from kernelloop.tools.verify.verifier import Verifier, precheck, split_device
@@ -198,6 +198,13 @@ class VerifierPool(ABC):
         self.close()
 
 
+def _sandbox_mode() -> str:
+    try:
+        return choose_mode(None)[0]
+    except IsolationError:  # bubblewrap asked for and missing: each verify says so
+        return "none"
+
+
 def _with_build(verdict: Verdict, built: Built, refused: str | None) -> Verdict:
     """The compile stage's share of a verdict: its costs, and a product refused at hand-over."""
     verdict.cost_s = {**verdict.cost_s, "build_wait_s": built.wait_s, "build_s": built.build_s,
@@ -250,6 +257,10 @@ class LocalPool(VerifierPool):
         if slots < 0:
             raise PoolError(f"compile_workers must be 0 or more, got {slots}")
         gpus = [i for i in (split_device(d)[1] for d in devices) if i is not None]
+        # Only where the candidates' sandbox can be kept from writing the store (bubblewrap), as for the trusted cache.
+        self.stage_note = "" if slots else "compile stage off (compile_workers=0)"
+        if slots and _sandbox_mode() != "bubblewrap":
+            slots, self.stage_note = 0, "compile stage off: the sandbox is plain, so a candidate could write the build store"
         if slots:
             self._stage = BuildStage(workers[0].layout.candidate, space, slots, cuda_arch_list(gpus),
                                      compile_timeout_s=workers[0].compile_timeout_s,
