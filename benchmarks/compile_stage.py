@@ -130,6 +130,14 @@ def report(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(out: Path, device: str, results: dict[str, dict]) -> None:
+    summary = {"device": device, "cores": len(os.sched_getaffinity(0)),
+               "modes": {m: {k: v for k, v in r.items() if k != "records"} for m, r in results.items()}}
+    (out / "raw.json").write_text(json.dumps(results, indent=1))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "report.md").write_text(report(summary))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -163,11 +171,7 @@ def main() -> int:
         row = results[mode]
         print(f"{mode:>4}: {row['slots']:>2} build slots, {row['callers']} callers, {len(batch)} candidates in "
               f"{row['wall_s']:.1f} s = {row['per_minute']:.2f}/min ({row['correct']} correct)", flush=True)
-    summary = {"device": args.device, "cores": len(os.sched_getaffinity(0)),
-               "modes": {m: {k: v for k, v in r.items() if k != "records"} for m, r in results.items()}}
-    (out / "raw.json").write_text(json.dumps(results, indent=1))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "report.md").write_text(report(summary))
+        write(out, args.device, results)  # after each mode: a run cut short keeps what it measured
     print(f"written to {out}")
     return 0
 
