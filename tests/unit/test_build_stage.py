@@ -40,6 +40,18 @@ def test_a_call_key_names_the_build_not_the_spelling():
     assert build_job.call_key(load_inline, ("m", object()), {}) is None
 
 
+def test_a_run_job_serves_only_calls_that_match_and_builds_when_a_library_will_not_load(tmp_path):
+    def load_inline(name, cpp_sources, functions=None, verbose=False):  # stands in for torch's
+        return ("built", name)
+
+    key = build_job.call_key(load_inline, ("m", "src"), {})
+    assert build_job.serve(load_inline, None, []) is load_inline
+    served: list[str] = []
+    serving = build_job.serve(load_inline, {"dir": str(tmp_path), "calls": [{"key": key, "module": "m"}]}, served)
+    assert serving("other", "src") == ("built", "other")  # no product for this call: built as before
+    assert serving("m", "src") == ("built", "m") and served == []  # m.so is not there: built, not a verdict
+
+
 def _job_dir(tmp_path: Path, module: str = "ext") -> Path:
     built = tmp_path / "job" / "cache" / "torch_extensions" / module
     built.mkdir(parents=True)
