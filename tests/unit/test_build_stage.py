@@ -74,13 +74,27 @@ def test_the_store_copies_what_a_build_made_and_checks_it_again(tmp_path):
     assert "does not hash as admitted" in (store.check(product) or "")
 
 
+def _as_link(library: Path) -> None:
+    library.unlink()
+    library.symlink_to("/proc/self/environ")
+
+
+def _as_pipe(library: Path) -> None:
+    library.unlink()
+    os.mkfifo(library)
+
+
+def _as_built(library: Path) -> None:
+    pass
+
+
 @pytest.mark.parametrize("make, claim, why", [
-    (lambda lib: (lib.unlink(), lib.symlink_to("/proc/self/environ")), _claim(), "can't be opened"),
-    (lambda lib: (lib.unlink(), os.mkfifo(lib)), _claim(), "not a regular file"),
-    (lambda lib: None, _claim("ext", "/x/torch_extensions/ext/../../../../etc/passwd"), "not loaded from where"),
-    (lambda lib: None, _claim("../ext"), "no plain key"),
-    (lambda lib: None, [{"key": "short", "module": "ext", "file": "/t/ext/ext.so"}], "no plain key"),
-    (lambda lib: None, "not a list", "not a list"),
+    (_as_link, _claim(), "can't be opened"),
+    (_as_pipe, _claim(), "not a regular file"),
+    (_as_built, _claim("ext", "/x/torch_extensions/ext/../../../../etc/passwd"), "not loaded from where"),
+    (_as_built, _claim("../ext"), "no plain key"),
+    (_as_built, [{"key": "short", "module": "ext", "file": "/t/ext/ext.so"}], "no plain key"),
+    (_as_built, "not a list", "not a list"),
 ])
 def test_the_store_refuses_a_claim_that_does_not_hold(tmp_path, make, claim, why):
     job = _job_dir(tmp_path)
@@ -138,7 +152,7 @@ def pool(tmp_path_factory):
         patch.setenv("KERNELLOOP_API_KEY", SECRET)
         with LocalPool(["cpu"], workspace=space, compile_workers=1, keep_jobs=True, static_checks=False,
                        time_it=False, compile_timeout_s=600, run_timeout_s=120) as opened:
-            opened.space = space  # type: ignore[attr-defined]
+            opened.space = space
             yield opened
 
 
