@@ -232,7 +232,7 @@ class ReferenceJob:
         import importlib
         import sys
 
-        from kernelloop.tools.verify.harness import COMPILER_MODULES
+        from kernelloop.tools.verify.child import COMPILER_MODULES
 
         started = time.perf_counter()
         missing = [name for name in COMPILER_MODULES if name not in sys.modules]

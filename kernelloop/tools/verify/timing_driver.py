@@ -27,6 +27,7 @@ import time
 from kernelloop.results import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
+from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify.reference_server import ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
 
@@ -70,12 +71,12 @@ def _samples(answer: dict | None, names: list[str]) -> dict[str, list[float]] | 
 
 
 def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None = None,
-                 laps=None, timed: dict | None = None) -> SpeedJudgement | str:
+                 laps: Stopwatch | None = None, timed: dict | None = None) -> SpeedJudgement | str:
     """Time the candidate against its baselines on the sets the trusted job made last; a string
     when the candidate's child broke off or answered nonsense (the caller turns that into a
     verdict). `cuda_index`: this process's index of the GPU being timed, for NVML (None: unknown).
     `skip`: torch.compile baselines not to compile (their times come from a cached record; the
-    trusted job builds them anyway if it already has). `laps`: a Laps to mark "baselines",
+    trusted job builds them anyway if it already has). `laps`: the verification's Stopwatch to mark "baselines",
     "timing" and "profile" on; `timed` gets the baselines timed ("timed") and their compile times."""
     baseline_setup = server.ask("timing", {"skip": list(skip or [])})
     if timed is not None:
