@@ -69,6 +69,14 @@ class _PoolLease:
         """The pool is closed once, by the bench command."""
 
 
+def _callers(pool: VerifierPool, mode) -> list[str]:
+    """One bench worker per device; scoring candidates, more, as many as the compile stage builds
+    ahead of the devices (pool.parallel_callers), each labelled with the device they end up on."""
+    slots = pool.slots
+    extra = getattr(pool, "parallel_callers", len(slots)) - len(slots) if mode.value == "candidates" else 0
+    return slots + [slots[i % len(slots)] for i in range(max(0, extra))]
+
+
 def _verifier_factory(pool: VerifierPool):
     return lambda device: _PoolLease(pool)
 
@@ -272,7 +280,7 @@ def bench(
             work = agent_work(_agent_solve_fn(endpoint, space, pool, price), budget_s)
         out_dir = out or space / "bench" / f"{chosen.name}-{mode.value}"
         try:
-            result = run_bench(chosen, mode, work, pool.slots, out_dir, candidates_dir=candidates,
+            result = run_bench(chosen, mode, work, _callers(pool, mode), out_dir, candidates_dir=candidates,
                                budget_s=budget_s if mode is Mode.agent else None, show_progress=progress,
                                listed=chosen_list, stop_after_s=stop_after_s)
         except ProblemError as exc:

@@ -174,7 +174,7 @@ def _verify_one(attempt: Attempt, run: RunDir, problem, runtime: Runtime[Context
 def verifier(state: State, runtime: Runtime[Context]) -> dict:
     """Verify the round's drafts, then keep the best so far. One at a time on a single verifier
     (one GPU times one kernel at a time; the CPU interpreter is too heavy to share); as many at
-    once as a pool has workers (`size`, e.g. one per GPU)."""
+    once as a pool takes (`parallel_callers`: one per GPU, plus its compile stage's build slots)."""
     run, settings, record = _run_dir(runtime), settings_of(state), problem_of(state)
     drafts = {d["id"]: Attempt.model_validate(d) for d in state.get("drafts") or []}
     if not drafts:
@@ -192,7 +192,9 @@ def verifier(state: State, runtime: Runtime[Context]) -> dict:
         else:
             pending.append(attempt)
             _emit(runtime, RunEvent(kind="verifying", round=attempt.round, attempt_id=attempt.id))
-    width = min(len(pending), max(1, int(getattr(runtime.context.get_verifier(), "size", 1)))) if pending else 1
+    # A pool with a compile stage takes more callers than it has devices: the next candidates build while one is timed.
+    judge = runtime.context.get_verifier()
+    width = min(len(pending), max(1, int(getattr(judge, "parallel_callers", getattr(judge, "size", 1))))) if pending else 1
     if width > 1:
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="kernelloop-verify") as workers:
             list(workers.map(lambda attempt: _verify_one(attempt, run, problem, runtime), pending))

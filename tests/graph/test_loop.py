@@ -118,6 +118,20 @@ def test_a_round_is_verified_concurrently_up_to_the_pool_size(tmp_path):
     assert (result.status, result.best_id, result.attempts) == ("correct", "r2c0", 4)
 
 
+class CompileStagePoolVerifier(PoolLikeVerifier):
+    """One device, and a compile stage of one build slot ahead of it (pool.parallel_callers)."""
+
+    size = 1
+    parallel_callers = 2
+
+
+def test_a_pool_with_a_compile_stage_takes_a_round_beyond_its_devices(tmp_path):
+    verifier = CompileStagePoolVerifier()
+    solve(RELU_PROBLEM, chat_client=ScriptedChatClient(), verifier=verifier, workspace=tmp_path,
+          candidates=2, target_speedup=1.2, **NO_FACTS)
+    assert verifier.most_in_flight == 2
+
+
 class TooGoodVerifier(ScriptedVerifier):
     """Correct kernels come back with the verifier's 'too good to be true' mark."""
 

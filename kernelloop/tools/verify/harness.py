@@ -30,6 +30,7 @@ from kernelloop.results import STATUS_OF, Code
 from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
+from kernelloop.tools.verify import build_job
 from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, seed_all, synchronize, to_device
 from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls prepare and preload here
     COMPILER_MODULES,
@@ -60,15 +61,16 @@ class LaunchCounter:
         # launch is given gets noise first (originals kept in `saved`, put back by `restore`).
         self.mode: str | None = None
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.served: list[str] = []  # extension modules loaded from the compile stage's product (build_job.py)
 
-    def install(self) -> None:
+    def install(self, prebuilt: dict[str, Any] | None = None) -> None:
         from triton.runtime import interpreter, jit
 
         for cls in (jit.JITFunction, interpreter.InterpretedFunction):
             self._wrap_run(cls)
         import torch.utils.cpp_extension as cpp_extension
 
-        original_load_inline = cpp_extension.load_inline
+        original_load_inline = build_job.serve(cpp_extension.load_inline, prebuilt, self.served)
         counter = self
 
         def counted_load_inline(*args, **kwargs):
@@ -281,7 +283,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     device = job["device"]
     steps = Stopwatch()  # where the child's setup goes, for the verifier's cost report
     counter = LaunchCounter()
-    counter.install()
+    counter.install(job.get("prebuilt"))
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     try:
@@ -347,7 +349,7 @@ class _CandidateSession:
 
     def claims(self) -> dict[str, Any]:
         return {"launches": dict(self.counter.launches), "costs": self.costs, "overhead": self.overhead,
-                "interpreter_shuffled": self.shuffled}
+                "interpreter_shuffled": self.shuffled, "prebuilt_served": list(self.counter.served)}
 
     def run(self) -> dict[str, Any]:
         found = self.trials()
@@ -492,4 +494,4 @@ class _CandidateSession:
 
 def run_job(job: dict[str, Any]) -> int:
     """Entry point in the forked child of the candidates' worker; returns the exit code. Never raises."""
-    return serve(job, {"candidate": run_candidate})
+    return serve(job, {"candidate": run_candidate, "build": build_job.run_build})

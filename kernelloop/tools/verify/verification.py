@@ -77,8 +77,9 @@ def _nbytes(outputs: list) -> int:
 class Verification:
     """The parent's side of one candidate's verification against one problem."""
 
-    def __init__(self, verifier: Verifier, candidate: Candidate, problem: Problem):
+    def __init__(self, verifier: Verifier, candidate: Candidate, problem: Problem, prebuilt: dict | None = None):
         self.verifier, self.candidate, self.problem = verifier, candidate, problem
+        self.prebuilt = prebuilt  # the compile stage's product for its job (build_stage.py), if any
         self.device, self.compare_on = verifier.device, verifier.compare_on
         self.clock = Stopwatch()  # its laps are the verdict's phase_*_s; from its start, total_s
         # The reference's and the timing's share of this verification, kept out of the fixed cost.
@@ -111,6 +112,8 @@ class Verification:
         job = verifier.job("candidate", candidate_path=str(candidate_path),
                            inputs_path=str(_hand_over(made, job_dir)), decoy_check=decoy_check,
                            output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
+        if self.prebuilt:
+            job["prebuilt"] = self.prebuilt
         # What its files may hold: three sets of outputs, however small (a disk-filling job is killed).
         file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)))
         session = verifier.zygote.start(job, job_dir, verifier.compile_timeout_s, verifier.run_timeout_s,

@@ -224,9 +224,11 @@ class Verifier:
         return trials
 
     # -- candidate --------------------------------------------------------------------------
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
-        """One candidate's verdict: a Verification of its own, served by this Verifier's workers."""
-        return Verification(self, candidate, problem).run()
+    def verify(self, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+        """One candidate's verdict: a Verification of its own, served by this Verifier's workers.
+        `prebuilt`: its extensions as the pool's compile stage built them (build_stage.py,
+        Product.job_field), served to its job instead of building there."""
+        return Verification(self, candidate, problem, prebuilt).run()
 
     # -- baselines kept across processes (trusted_cache.py) ----------------------------------
     def cached_baselines(self, problem: Problem, specs: list) -> tuple[str | None, list[str], dict | None]:
