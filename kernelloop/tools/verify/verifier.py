@@ -25,6 +25,7 @@ from typing import TypedDict
 
 import torch
 
+from kernelloop import defaults
 from kernelloop.errors import error_line
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import STATUS_OF, Code, InputSet, Status, TimingStats, Verdict, code_of, rejected
@@ -202,7 +203,7 @@ class Verifier:
     another for the trusted reference job of the problem at hand."""
 
     def __init__(self, device: str = "auto", workspace: Path | None = None, strict: bool = False,
-                 time_it: bool = True, compile_timeout_s: float = 180.0, run_timeout_s: float = 300.0,
+                 time_it: bool = True, compile_timeout_s: float = defaults.COMPILE_TIMEOUT_S, run_timeout_s: float = defaults.RUN_TIMEOUT_S,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
                  gpu_compare: bool = True):
