@@ -175,6 +175,22 @@ def load_settings(**flags: Any) -> Settings:
                                     for e in exc.errors())) from None
 
 
+def override(settings: Settings, **flags: Any) -> Settings:
+    """The entry point's Settings with a call's own values (None: not given) on top, validated the same
+    way: an MCP or LangChain call's budget over the server's. A bad value is one ConfigError line."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    if not given:
+        return settings
+    unknown = sorted(set(given) - set(Settings.model_fields))
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]!r}{_did_you_mean(unknown[0])}")
+    try:
+        return Settings(**(dict(settings) | given))  # every field given: the files are not what decides
+    except ValidationError as exc:
+        raise ConfigError("; ".join(f"{e['loc'][0]}: {e['msg'].removeprefix('Value error, ')}"
+                                    for e in exc.errors())) from None
+
+
 def _named(name: str, where: dict[str, str]) -> str:
     """'--budget' for a flag, 'budget (from env KERNELLOOP_BUDGET)' for the rest: where to fix it."""
     origin = where.get(name, "default")

@@ -78,7 +78,7 @@ class Device(str):
         return self.split(":", 1)[0]
 
     @property
-    def index(self) -> int | None:
+    def gpu(self) -> int | None:
         """N of 'cuda:N'; None for every other device."""
         return int(self.split(":", 1)[1]) if ":" in self else None
 

@@ -137,14 +137,18 @@ class KeyedReplayChatClient:
     carry no hash and are served as they are.
     """
 
-    def __init__(self, recorded: list[RecordedTurn], model_name: str = "replay", fallback: Any = None):
-        """recorded: may hold several turns per key (a thread's branches); the first whose prompt matches wins."""
+    def __init__(self, recorded: list[RecordedTurn], model_name: str = "replay", fallback: Any = None,
+                 own_thread: bool = False):
+        """recorded: may hold several turns per key (a thread's branches); the first whose prompt matches wins.
+        own_thread: the turns are the thread's own, re-served by a resume (nobody recorded anything): a turn
+        never answered before is the run going on, asked of the model without a word."""
         self._by_key: dict[str, list[RecordedTurn]] = {}
         for item in recorded:
             self._by_key.setdefault(item.key, []).append(item)
         self.model_name = model_name
         self.fallback = fallback
         self.live_keys: list[str] = []
+        self.own_thread = own_thread
 
     @property
     def keys(self) -> list[str]:
@@ -155,8 +159,13 @@ class KeyedReplayChatClient:
         fits = next((item for item in found if not item.prompt_sha256 or item.prompt_sha256 == prompt), None)
         if fits is not None:
             return fits.turn.model_copy(update={"replayed": True, "messages": messages})
+        if not found and self.own_thread and self.fallback is not None:
+            log.info("%s was not answered before the run stopped: asking the model", key)
+            self.live_keys.append(key)
+            return ask(self.fallback, key, messages)
         if not found:
-            why = f"the recording has no model turn for {key} ({len(self._by_key)} recorded)"
+            what = "this thread has" if self.own_thread else "the recording has"
+            why = f"{what} no model turn for {key} ({len(self._by_key)} recorded)"
         else:
             why = (f"the prompt of {key} changed since it was recorded (a template edit or a fork's hint), and a "
                    "recorded reply is never served to another prompt")

@@ -76,7 +76,7 @@ def test_stdio_server_verifies_and_runs_a_job_to_completion(tmp_path):
                                 candidate_path=str(SHIPPED_CANDIDATE), wait_s=5)
             verified = await call.until_finished(verify["job_id"])
             started = await call("start_optimization", problem_path=str(RELU_PROBLEM), candidates=1,
-                                 target_speedup=None, budget_s=300, base_url=fake.url, model=fake.model)
+                                 target_speedup="none", budget_s=300, base_url=fake.url, model=fake.model)
             finished = await call.until_finished(started["job_id"])
             return listed, verified, started, finished, call.slowest_s
 

@@ -203,7 +203,8 @@ class Verifier:
     another for the trusted reference job of the problem at hand."""
 
     def __init__(self, device: str = "auto", workspace: Path | None = None, strict: bool = False,
-                 time_it: bool = True, compile_timeout_s: float = defaults.COMPILE_TIMEOUT_S, run_timeout_s: float = defaults.RUN_TIMEOUT_S,
+                 time_it: bool = True, compile_timeout_s: float = defaults.COMPILE_TIMEOUT_S,
+                 run_timeout_s: float = defaults.RUN_TIMEOUT_S,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
                  gpu_compare: bool = True):
