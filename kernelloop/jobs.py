@@ -116,7 +116,10 @@ class _Job:
 
 
 def _best_kernel(summary: RunSummary) -> str | None:
-    """The best attempt's source: best_kernel.py once written, else its file under the run's kernels/."""
+    """The best attempt's source when it is correct (best_kernel.py once written, else its file under the run's
+    kernels/); None while nothing is: a failed attempt is no kernel to hand on."""
+    if summary.status != "correct":
+        return None
     candidates = [Path(summary.best_kernel)] if summary.best_kernel else []
     if summary.best_id and summary.run_dir:
         candidates.append(Path(summary.run_dir) / "kernels" / f"{summary.best_id}.py")

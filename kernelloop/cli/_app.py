@@ -43,3 +43,25 @@ def _print_version(value: bool) -> None:
 def main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                       help="print the version and exit")) -> None:
     """kernelloop: PyTorch reference in, fast verified GPU kernel out."""
+
+
+def escape_help(typer_app: typer.Typer) -> None:
+    """Help text shown as written: Rich would read `kernelloop[ray]` or `[default: 15m]` as markup and drop
+    the brackets. Every command's help, epilog and parameter help is escaped once, after registration."""
+    import inspect
+
+    from rich.markup import escape
+
+    for command in typer_app.registered_commands:
+        if command.callback is None:
+            continue
+        command.help = escape(command.help or inspect.getdoc(command.callback) or "")
+        command.epilog = escape(command.epilog) if command.epilog else None
+        for parameter in inspect.signature(command.callback).parameters.values():
+            info = parameter.default
+            if isinstance(info, typer.models.ParameterInfo) and info.help and not getattr(info, "_escaped", False):
+                info.help = escape(info.help)
+                info._escaped = True  # type: ignore[attr-defined]  # shared OptionInfo objects: escape once
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            escape_help(group.typer_instance)

@@ -30,8 +30,17 @@ from rich.tree import Tree
 
 from kernelloop import defaults
 from kernelloop.cli._app import app
-from kernelloop.cli._common import WORKSPACE_HELP, duration_flag, errors, fail_usage, plain, quoted, target_flag
-from kernelloop.cli._common import CHECKPOINTS_HELP, settings
+from kernelloop.cli._common import (
+    CHECKPOINTS_HELP,
+    WORKSPACE_HELP,
+    duration_flag,
+    errors,
+    fail_usage,
+    plain,
+    quoted,
+    settings,
+    target_flag,
+)
 from kernelloop.cli._live import STYLE, LiveView, ask_review
 from kernelloop.cli.solve_cmd import interrupted, print_result
 from kernelloop.safe_text import printable

@@ -75,6 +75,7 @@ def test_stdio_server_verifies_and_runs_a_job_to_completion(tmp_path):
             verify = await call("verify_kernel", problem_path=str(SHIPPED_PROBLEM),
                                 candidate_path=str(SHIPPED_CANDIDATE), wait_s=5)
             verified = await call.until_finished(verify["job_id"])
+            verified["detailed"] = (await call("job_status", job_id=verify["job_id"], detail=True))["verdict"]
             started = await call("start_optimization", problem_path=str(RELU_PROBLEM), candidates=1,
                                  target_speedup="none", budget_s=300, base_url=fake.url, model=fake.model)
             finished = await call.until_finished(started["job_id"])
@@ -87,7 +88,9 @@ def test_stdio_server_verifies_and_runs_a_job_to_completion(tmp_path):
     assert {tool.name for tool in listed} == TOOLS
     assert all(tool.output_schema and tool.output_schema["type"] == "object" for tool in listed)
     assert verified["state"] == "succeeded" and verified["verdict"]["status"] == "correct"
-    assert verified["verdict"]["device"] == "cpu" and verified["verdict"]["trials"] >= 3
+    # brief by default (what an agent acts on), the whole verdict with detail
+    assert set(verified["verdict"]) == {"status", "code", "speedup", "reason", "feedback"}
+    assert verified["detailed"]["device"] == "cpu" and verified["detailed"]["trials"] >= 3
     assert started["state"] in ("queued", "running") and started["thread_id"].startswith("relu-")
     assert finished["state"] == "succeeded", finished["error"]
     assert finished["summary"]["status"] == "correct" and finished["summary"]["attempts"] == 1
