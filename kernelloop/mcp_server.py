@@ -12,7 +12,9 @@ ProfileResult, JobList); bad input is a tool error with one line saying what to 
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Literal, cast
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -38,6 +40,9 @@ from kernelloop.requests import (
 )
 from kernelloop.settings import Settings, load_settings, override
 from kernelloop.units import Device
+
+if TYPE_CHECKING:
+    from kernelloop.tools.verify.pool import VerifierPool
 
 MAX_WAIT_S = 10.0  # no tool call holds its caller longer than this waiting for a job
 NAME = "kernelloop"
@@ -93,9 +98,10 @@ async def _watch(manager: JobManager, job_id: str, wait_s: float, ctx: Context) 
     return status
 
 
-def build_server(manager: JobManager) -> MCPServer:
-    """The MCP server over `manager`'s jobs (and its Settings: the default device, knobs and endpoint);
-    the caller closes the manager when the server stops."""
+def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
+    """The MCP server over `manager`'s jobs (and its Settings: the default device, knobs and endpoint;
+    `device`, the server's --device, over them); the caller closes the manager when the server stops."""
+    manager.settings = override(manager.settings, device=device)
     server = MCPServer(NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -216,16 +222,24 @@ def _forbid_unknown_arguments(server: MCPServer) -> None:
         tool.parameters = cast(type[BaseModel], strict).model_json_schema(by_alias=True)
 
 
+def open_manager(*, device: str | None = None, ray: str | None = None, workspace: str | Path | None = None,
+                 settings: Settings | None = None, pool_factory: Callable[..., VerifierPool] | None = None) -> JobManager:
+    """The server's job manager over its Settings: given, or made here from --device and --workspace."""
+    chosen = settings if settings is not None else load_settings(device=device, home=workspace)
+    if pool_factory is None:
+        return JobManager(ray=ray, settings=chosen)
+    return JobManager(ray=ray, settings=chosen, pool_factory=pool_factory)
+
+
 def serve(transport: Literal["stdio", "http"] = "stdio", *, host: str = "127.0.0.1", port: int = 8765,
           device: str | None = None, ray: str | None = None, workspace: str | None = None,
           settings: Settings | None = None) -> None:
     """Run the server until its client goes away (stdio) or it is stopped (HTTP); then stop every job.
     settings: the entry point's (None: made here from device and workspace, the same way)."""
-    chosen = settings if settings is not None else load_settings(device=device, home=workspace)
-    manager = JobManager(ray=ray, settings=chosen)
+    manager = open_manager(device=device, ray=ray, workspace=workspace, settings=settings)
     try:
         manager.pool()  # fail now on a bad --device or --ray, not in the first tool call
-        server = build_server(manager)
+        server = build_server(manager)  # chosen's device already
         if transport == "stdio":
             server.run("stdio")
         else:
