@@ -11,16 +11,18 @@ ProfileResult, JobList); bad input is a tool error with one line saying what to 
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from kernelloop import __version__, defaults, job_threads
 from kernelloop.jobs import JobError, JobManager, JobStatus
@@ -211,15 +213,33 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
     return server
 
 
+class _StrictTool(Tool):
+    """A tool whose bad arguments are one line, naming them and never echoing their values (a value may be a
+    secret pasted into the wrong field): an unknown name is refused with a "did you mean" (the SDK would drop
+    it, so a misspelt `candidate=2` would run with the default), a bad value says which field and why."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        known = list(self.parameters.get("properties", {}))
+        unknown = sorted(set(arguments) - set(known))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {', '.join(known)}"
+            raise ToolError(f"{self.name}: unknown argument {unknown[0]!r}{hint}")
+        try:
+            return await super().run(arguments, context, convert_result)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(f"{self.name}: {one_line(exc.__cause__)}") from None
+            raise
+
+
 def _forbid_unknown_arguments(server: MCPServer) -> None:
-    """Every tool's argument model refuses a name it does not have (the SDK's ignores it, so an agent's
-    misspelt `candidate=2` would run with the default): the schema says additionalProperties false too."""
-    for tool in server._tool_manager.list_tools():  # noqa: SLF001 - the SDK has no public hook for this
-        loose = tool.fn_metadata.arg_model
-        strict = type(loose.__name__, (loose,), {"model_config": ConfigDict(**(loose.model_config | {"extra": "forbid"})),
-                                                 "__module__": loose.__module__})
-        tool.fn_metadata.arg_model = strict
-        tool.parameters = cast(type[BaseModel], strict).model_json_schema(by_alias=True)
+    """Every tool of the server made a _StrictTool, its schema saying additionalProperties false."""
+    tools = server._tool_manager._tools  # noqa: SLF001 - the SDK has no public hook for argument checking
+    for name, tool in tools.items():
+        strict = _StrictTool.model_validate(dict(tool))
+        strict.parameters = {**tool.parameters, "additionalProperties": False}
+        tools[name] = strict
 
 
 def open_manager(*, device: str | None = None, ray: str | None = None, workspace: str | Path | None = None,

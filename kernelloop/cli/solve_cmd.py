@@ -119,6 +119,8 @@ def solve(
     start: str | None = typer.Option(defaults.START, metavar="KERNEL|auto", help=START_HELP, show_default=False),
     critic_model: bool = typer.Option(False, help="the critic also asks the model for advice (one call per round)"),
     json_out: bool = typer.Option(False, "--json", help="last stdout line: the result as one JSON object"),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="stream the model's replies, so its reasoning "
+                                "shows in the live view as it comes (off: for an endpoint that can't stream)"),
     base_url: str | None = typer.Option(None, help="OpenAI-compatible endpoint (or KERNELLOOP_BASE_URL)"),
     model: str | None = typer.Option(None, help="model name (or KERNELLOOP_MODEL)"),
     api_key: str | None = typer.Option(None, help="API key (or KERNELLOOP_API_KEY)"),
@@ -136,9 +138,11 @@ def solve(
                       api_key=api_key)
     if recorded is not None and not recorded.exists():
         fail_usage(f"--recorded: {recorded}: no such recording (a .jsonl file or a run dir)")
-    loaded = load_problem(problem, "PROBLEM")
-    start_record = load_start(start, loaded.name)
-    from kernelloop import runs as solving  # lazy: the agent loop loads only once the flags are good
+    # On a terminal, a line at once (torch and the agent loop take seconds to load); it clears itself.
+    with errors.status(f"kernelloop: loading {quoted(problem.name)} and the agent loop"):
+        loaded = load_problem(problem, "PROBLEM")
+        start_record = load_start(start, loaded.name)
+        from kernelloop import runs as solving  # lazy: the agent loop loads only once the flags are good
 
     space = chosen.workspace.root
     # the flags a printed `runs resume` / `runs show` needs to find this thread again (the endpoint is remembered)
@@ -150,7 +154,7 @@ def solve(
         with view:
             result = solving.solve(
                 loaded, settings=chosen, baseline=baseline, interactive=interactive, hints=hint, start=start_record,
-                critic_model=critic_model, recorded=recorded, thread_id=thread_id,
+                critic_model=critic_model, recorded=recorded, thread_id=thread_id, stream_reasoning=stream,
                 on_event=view.on_event, on_progress=view.on_progress,
                 on_review=(lambda p: ask_review(p, view)) if interactive else None)
     except KeyboardInterrupt:

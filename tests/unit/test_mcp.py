@@ -160,6 +160,11 @@ def test_bad_input_is_a_one_line_tool_error(tmp_path):
                      ("verify_kernel", {"problem_source": "x = (", "problem_name": "../up",
                                         "candidate_source": "x"}),
                      ("start_optimization", {"problem_path": str(RELU_PROBLEM), "device": "tpu",
+                                             "base_url": "http://127.0.0.1:9/v1", "model": "m"}),
+                     # a secret is never a tool argument, and a misspelt argument is never dropped
+                     ("start_optimization", {"problem_path": str(RELU_PROBLEM), "api_key": "sk-secret",
+                                             "base_url": "http://127.0.0.1:9/v1", "model": "m"}),
+                     ("start_optimization", {"problem_path": str(RELU_PROBLEM), "candidate": 3,
                                              "base_url": "http://127.0.0.1:9/v1", "model": "m"})]
             results = [await client.call_tool(name, arguments) for name, arguments in calls]
             assert all(result.is_error for result in results)
@@ -172,7 +177,9 @@ def test_bad_input_is_a_one_line_tool_error(tmp_path):
     assert "exactly one of candidate_path and candidate_source" in messages[1]
     assert "no such problem file" in messages[2]
     assert "bad problem_name '../up'" in messages[3]
-    assert "unknown device 'tpu'" in messages[4]
+    assert "'tpu' is not a device" in messages[4]
+    assert "unknown argument 'api_key'" in messages[5] and "sk-secret" not in messages[5]
+    assert "unknown argument 'candidate'; did you mean 'candidates'?" in messages[6]
     assert all("\n" not in message for message in messages)
 
 
