@@ -21,6 +21,7 @@ MAX_ROUNDS_LIMIT = 100
 BACKEND: Final = "triton"  # Final: typed as the literal, so it fits Literal["triton", "cuda", "auto"]
 BACKENDS = ("triton", "cuda", "auto")
 DEVICE = "auto"  # auto, cpu, cuda or cuda:N
+WORKSPACE = ".kernelloop"  # checkpoints, run dirs, caches: --workspace > KERNELLOOP_HOME > .env > kernelloop.toml > this
 COMPILE_TIMEOUT_S = 180.0  # a candidate's compile phase, s (nvcc or Triton); every entry point, the CLI too
 RUN_TIMEOUT_S = 300.0  # a candidate's run phase (trials, checks, timing), s
 MAX_SOURCE_BYTES = 1 << 20  # a problem or candidate file; kernels are kilobytes, a megabyte is not code

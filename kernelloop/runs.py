@@ -25,6 +25,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from kernelloop import defaults
+from kernelloop.agents.calls import Asking
 from kernelloop.agents.planner import ReferenceFacts, reference_facts
 from kernelloop.agents.turns import ChatModel, KeyedReplayChatClient, RecordedTurn
 from kernelloop.errors import error_line
@@ -115,7 +116,9 @@ def _replaying(turns: list[RecordedTurn], settings: RunSettings, strict: bool, b
     if strict:
         return KeyedReplayChatClient(turns, model_name=settings.model)
     live = live_client(base_url or settings.base_url, model or settings.model or None, api_key, stream)
-    return KeyedReplayChatClient(turns, model_name=settings.model, fallback=live, own_thread=own) if turns else live
+    if not turns:
+        return live
+    return KeyedReplayChatClient(turns, model_name=settings.model, fallback=Asking(live), own_thread=own)
 
 
 def default_analyzer(device: str) -> Callable[[Problem], ReferenceFacts]:

@@ -34,7 +34,6 @@ from pydantic_settings import (
 from kernelloop import defaults
 from kernelloop.requests import Backend, BudgetS, Candidates, MaxRounds, TargetSpeedup
 from kernelloop.units import Device, parse_duration_s, parse_target
-from kernelloop.workspace import DEFAULT_WORKSPACE
 
 ENV_PREFIX = "KERNELLOOP_"
 DOTENV = ".env"
@@ -73,7 +72,7 @@ class Settings(BaseSettings):
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint")
     model: str | None = Field(default=None, description="model name at the endpoint")
     api_key: SecretStr = Field(default=SecretStr("not-needed"), description="sent as a bearer token")
-    home: Path = Field(default=Path(DEFAULT_WORKSPACE), description="workspace: checkpoints, runs, caches")
+    home: Path = Field(default=Path(defaults.WORKSPACE), description="workspace: checkpoints, runs, caches")
     checkpoints: str | None = Field(default=None, description="checkpoint DB URL (sqlite:///file, postgresql://...); "
                                                               "unset: SQLite in the workspace")
     device: Device = Field(default=Device(defaults.DEVICE), description="auto, cpu, cuda or cuda:N")

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DEFAULT_WORKSPACE = ".kernelloop"
+from kernelloop import defaults
+
+DEFAULT_WORKSPACE = defaults.WORKSPACE
 
 
 def pick(explicit, env_name: str, default=None):

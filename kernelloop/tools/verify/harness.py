@@ -38,7 +38,6 @@ from kernelloop.sandbox.runner import DEVICE_ENV, PER_JOB_CACHE_ENV, PRELOAD_NOW
 # it, unless it asks NVML instead: the runner sets PYTORCH_NVML_BASED_CUDA_CHECK=1 for them.
 # KERNELLOOP_PRELOAD=0 leaves the imports to each child (GPU workers: to the standby's prepare()).
 LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
-COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
 _GPU_WORKER = os.environ.get(DEVICE_ENV) == "cuda"
 if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
     raise RuntimeError("CUDA was initialised while the sandbox worker imported its modules")

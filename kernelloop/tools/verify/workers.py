@@ -48,7 +48,7 @@ from kernelloop.sandbox.runner import Zygote
 from kernelloop.tools.verify import precompile, trusted_cache
 
 JOB_MODULE = "kernelloop.tools.verify.harness"
-# The same names as harness.LAUNCH_COUNTER_MODULES and COMPILER_MODULES (the harness imports torch).
+# The same names as harness.LAUNCH_COUNTER_MODULES and reference_job.COMPILER_MODULES (both import torch).
 LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
 DISPATCH_MODULES = ("torch._dynamo",)  # what the first dispatch mode or meta-device run imports
