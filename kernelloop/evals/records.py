@@ -33,6 +33,41 @@ class Mode(str, Enum):
     baselines = "baselines"  # no candidate: eager, torch.compile and problem baselines timed alone
 
 
+class Claim(BaseModel):
+    """What the input said of a solution it listed (a leaderboard's own verdict and speedups), kept to compare."""
+
+    id: str = Field(description="the solution's id in the input (the leaderboard's `file`)")
+    model: str | None = Field(default=None, description="who wrote it, as the input names them")
+    status: Status | None = Field(default=None, description="the input's verdict; None: it said none")
+    speedups: dict[str, float] = Field(default_factory=dict, description="'eager', 'compile': as the input measured them")
+
+
+class Disagreement(BaseModel):
+    """One solution where our verdict or speedup and the input's differ."""
+
+    id: str
+    model: str | None = None
+    problem: str
+    level: int | None = None
+    number: int | None = None
+    kind: str = Field(description="'verdict' (correct on one side only) or 'speedup' (one says faster than eager, "
+                      "the other slower)")
+    claimed_status: Status | None = None
+    status: Status | None = None
+    code: Code = Code.unknown
+    reason: str = ""
+    claimed_speedup: float | None = None
+    speedup: float | None = None
+
+
+class ClaimCheck(BaseModel):
+    """Our verdicts against the input's, over the solutions that carried one."""
+
+    compared: int = Field(description="solutions judged here that carried a verdict or a speedup")
+    agreed: int
+    disagreements: list[Disagreement] = Field(default_factory=list)
+
+
 class Attempt(BaseModel):
     """One attempt at one problem, as the work function for that problem returns it."""
 
@@ -46,6 +81,7 @@ class Attempt(BaseModel):
                                       "baselines could not be run), not the candidate: why, one line")
     tokens: Usage | None = Field(default=None, description="the model's tokens for the whole problem (its agent run), "
                                  "on the problem's first attempt only; None where no model was called")
+    claim: Claim | None = Field(default=None, description="what the input list said of this solution")
 
 
 class RunEnvironment(BaseModel):
@@ -89,6 +125,7 @@ class BenchRecord(BaseModel):
     tokens: Usage | None = Field(default=None, description="the model's tokens for the whole job (every call of its "
                                  "agent run, as the server reported them), on the job's first record only, so a sum "
                                  "over records counts each call once; None where no model was called")
+    claim: Claim | None = Field(default=None, description="a listed solution: its id and what the input said of it")
     environment: RunEnvironment
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
@@ -145,6 +182,7 @@ class BenchSummary(BaseModel):
     tokens_note: str = Field(default="", description="why a token figure is missing: 'no model calls' (candidates or "
                              "baselines), 'not recorded' (agent results from before tokens were), 'no problem solved'")
     environments: list[RunEnvironment] = Field(default_factory=list, description="every distinct place measured")
+    claims: ClaimCheck | None = Field(default=None, description="our verdicts against the input's; None: it carried none")
     notes: list[str] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
@@ -172,7 +210,7 @@ def records_from_attempts(suite: str, mode: Mode, problem: Problem, job_key: str
             suspicious=list(verdict.suspicious) if verdict else [],
             max_abs_err=verdict.max_abs_err if verdict else None, rel_err=verdict.rel_err if verdict else None,
             elapsed_s=attempt.elapsed_s, candidate=str(attempt.candidate_path) if attempt.candidate_path else None,
-            candidate_sha256=attempt.candidate_sha256, tokens=attempt.tokens, environment=env))
+            candidate_sha256=attempt.candidate_sha256, tokens=attempt.tokens, claim=attempt.claim, environment=env))
     return records
 
 

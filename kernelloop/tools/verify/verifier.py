@@ -207,7 +207,7 @@ class Verifier:
                  run_timeout_s: float = defaults.RUN_TIMEOUT_S,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
-                 gpu_compare: bool = True):
+                 gpu_compare: bool = True, lane: int = 0):
         self.device = resolve_device(device)
         self.strict = strict
         self.time_it = time_it and self.device == "cuda"
@@ -221,7 +221,8 @@ class Verifier:
         self.standby = standby  # off only to measure what a prepared child saves (benchmarks/verifier_bench.py)
         self.workspace = workspace_dir(workspace)
         # Where its files go, and its two workers' specs (workers.py: dirs, caches, preloads by role).
-        self.layout = workers.layout(self.device, self.workspace, gpu_index, standby, self.time_it)
+        # lane: which of several Verifiers sharing this device (correctness only: LocalPool refuses to time on a shared one)
+        self.layout = workers.layout(self.device, self.workspace, gpu_index, standby, self.time_it, lane=lane)
         self.root, self.trusted_root = self.layout.root, self.layout.trusted_root
         self.trusted_cache_dir = self.layout.trusted_cache_dir
         # Baseline timings kept across processes (trusted_cache.py): only where no candidate can write them.

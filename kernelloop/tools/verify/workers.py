@@ -94,9 +94,10 @@ class Layout:
 
 
 def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, time_it: bool,
-           isolation: str | None = None) -> Layout:
-    """`device` is 'cpu' or 'cuda' (resolved), `workspace` resolved."""
-    name = f"{device}{'' if gpu_index is None else gpu_index}"
+           isolation: str | None = None, lane: int = 0) -> Layout:
+    """`device` is 'cpu' or 'cuda' (resolved), `workspace` resolved. `lane`: which of several
+    Verifiers on one device (LocalPool's workers_per_device); each has dirs of its own."""
+    name = f"{device}{'' if gpu_index is None else gpu_index}{f'-w{lane}' if lane else ''}"
     root = workspace / "verifier" / name
     # The trusted job's files (reference outputs among them) live beside, never inside, the
     # candidates' work dir: where bubblewrap runs, the candidates' sandbox can't see them.
