@@ -58,7 +58,7 @@ declare -A ROOM=(
   [channel_probe]=sandbox [sandbox_probe]=sandbox
   [test_attention_benchmarks]=evals [test_attention_flex_compile]=evals [test_attention_problems]=evals
   [test_attention_starters]=evals [test_bench]=evals [test_bench_tokens]=evals [test_metrics]=evals
-  [test_problem_suite]=evals [test_shipped_reports]=evals
+  [test_problem_suite]=evals [test_shipped_reports]=evals [test_bench_list]=evals [test_leaderboard_rejudge]=evals
   [test_problem_is_code]=problem [test_source_ast]=problem
 )
 # tests/graph keeps the graph's tests; these two test the agents
