@@ -203,6 +203,9 @@ def rewrite_imports(text: str, path: Path) -> str:
         text = re.sub(rf"(?<![\w/]){re.escape(old_path)}\.py", new_path + ".py", text)
         if old.startswith("tests."):
             text = re.sub(rf"(?<![\w/]){re.escape(old_path)}(?![\w])", new_path, text)
+            # a path built from parts: Path(__file__).parents[1] / "unit" / "test_x.py"
+            (_, old_dir, name), (_, new_dir, _) = old.split("."), new.split(".")
+            text = re.sub(rf'"{old_dir}"(\s*/\s*)"{name}\.py"', rf'"{new_dir}"\g<1>"{name}.py"', text)
     return text
 
 
