@@ -59,7 +59,7 @@ declare -A ROOM=(
   [test_attention_benchmarks]=evals [test_attention_flex_compile]=evals [test_attention_problems]=evals
   [test_attention_starters]=evals [test_bench]=evals [test_bench_tokens]=evals [test_metrics]=evals
   [test_problem_suite]=evals [test_shipped_reports]=evals [test_bench_list]=evals [test_leaderboard_rejudge]=evals
-  [test_problem_is_code]=problem [test_source_ast]=problem
+  [test_problem_is_code]=problem [test_source_ast]=problem [test_import_cycles]=problem
 )
 # tests/graph keeps the graph's tests; these two test the agents
 declare -A GRAPH_ROOM=([test_agents]=agents [test_extract]=agents)
