@@ -13,10 +13,11 @@ import time
 
 from pydantic import BaseModel, Field
 
+from kernelloop.agents.calls import ask
 from kernelloop.agents.extract import extract_candidate
 from kernelloop.agents.planner import BACKEND_RULES
 from kernelloop.agents.prompts import render
-from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, ask, messages_sha256, turn_key
+from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, messages_sha256, turn_key
 from kernelloop.errors import error_line
 from kernelloop.problem import sha256_text
 from kernelloop.results import Code, Status, Verdict

@@ -14,11 +14,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from kernelloop.agents.calls import ask
 from kernelloop.agents.coder import Attempt
 from kernelloop.agents.critic_facts import profile_lines, wrong_output_fixes
 from kernelloop.agents.planner import ReferenceFacts
 from kernelloop.agents.prompts import render
-from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask, turn_key
+from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, turn_key
 from kernelloop.errors import error_line
 from kernelloop.results import Code, Status, Verdict
 

@@ -143,7 +143,7 @@ def _print_summary(summary: BenchSummary) -> None:
     for name, metrics in summary.by_baseline.items():
         geomean = "-" if metrics.geomean_speedup is None else f"{metrics.geomean_speedup:.2f}x"
         # fast_p over 0 means nothing without a timing: "not timed", never a 0.0% that reads as slow
-        cells = [f"{100 * v:.1f}%" if p == "0" or metrics.timed else "not timed" for p, v in metrics.fast_p.items()]
+        cells = [f"{100 * v:.1f}%" if v is not None else "not timed" for v in metrics.fast_p.values()]
         table.add_row(plain(name), *cells, geomean, str(metrics.timed))  # a problem may name its own baselines
     console.print(table)
     console.print(plain(tokens_line(summary), 4000), highlight=False)

@@ -27,6 +27,7 @@ from kernelloop.graph.rundir import RunDir
 from kernelloop.graph.state import (
     CLEAR,
     Review,
+    RunSettings,
     State,
     attempts_of,
     best_of,
@@ -85,7 +86,8 @@ def _listener(runtime: Runtime[Context], round_: int, attempt_id: str | None = N
 def planner(state: State, runtime: Runtime[Context]) -> dict:
     """Roofline facts of the reference, then one model call for the plan."""
     context, run = runtime.context, _run_dir(runtime)
-    settings, record = settings_of(state), problem_of(state)
+    # The run's input, checked once and kept whole: a typo or a wrong hash stops here; a path is read once.
+    settings, record = RunSettings.from_input(state.get("settings") or {}), problem_of(state)
     _emit(runtime, RunEvent(kind="planning"))
     problem = run.problem(record.name, record.source, record.trusted)
     facts: ReferenceFacts | None = None
@@ -105,7 +107,8 @@ def planner(state: State, runtime: Runtime[Context]) -> dict:
         plan.turn_file, plan.turn_sha256 = run.save_turn(key, turn)
         usage.append(TurnUsage.of(key, 0, turn).model_dump())
     _emit(runtime, RunEvent(kind="planned", message=plan.model_error or plan.backend))
-    return {"facts": facts.model_dump(mode="json") if facts else None, "plan": plan.model_dump(mode="json"),
+    return {"problem": record.model_dump(), "settings": settings.model_dump(),
+            "facts": facts.model_dump(mode="json") if facts else None, "plan": plan.model_dump(mode="json"),
             "usage": usage, "hints": list(state.get("hints") or []), "round": 0, "attempts": [], "critiques": [],
             "best_id": None, "stop_requested": False, "stop_reason": None, "status": "running",
             "phase": "planned", **_tick(state, context)}

@@ -69,7 +69,9 @@ def test_rounds_exhausted_still_writes_the_closest_attempt(tmp_path):
     result = solve(RELU_PROBLEM, chat_client=ScriptedChatClient(), verifier=ScriptedVerifier(), workspace=tmp_path,
                    candidates=2, max_rounds=1, **NO_FACTS)
     assert (result.status, result.stop_reason, result.best_id) == ("incorrect", "rounds_exhausted", "r1c0")
-    assert "tl.minimum" in Path(result.best_kernel).read_text()
+    # the closest attempt is kept with the run, but a failure is no best kernel to use
+    assert result.best_kernel is None and not (Path(result.run_dir) / "best_kernel.py").exists()
+    assert "tl.minimum" in (Path(result.run_dir) / "kernels" / "r1c0.py").read_text()
 
 
 def test_the_budget_stops_the_run_after_the_round_that_spent_it(tmp_path):

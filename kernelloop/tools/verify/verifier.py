@@ -24,6 +24,7 @@ from typing import TypedDict
 
 import torch
 
+from kernelloop import defaults
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import TimingStats, Verdict
 from kernelloop.sandbox.runner import Zygote, new_job_dir, remove_job_dir
@@ -79,7 +80,8 @@ class Verifier:
     makes a Verification that holds the rest."""
 
     def __init__(self, device: str = "auto", workspace: Path | None = None, strict: bool = False,
-                 time_it: bool = True, compile_timeout_s: float = 180.0, run_timeout_s: float = 300.0,
+                 time_it: bool = True, compile_timeout_s: float = defaults.COMPILE_TIMEOUT_S,
+                 run_timeout_s: float = defaults.RUN_TIMEOUT_S,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
                  gpu_compare: bool = True, lane: int = 0):
