@@ -2,6 +2,8 @@
 way: tools/profile never imports tools/verify, agents/turns.py (the records) imports no model layer.
 
 Read from the source with the AST, so a lazy import that closes a loop counts as much as a top one.
+Imports under `if TYPE_CHECKING:` never run and name a type only (verification.py names the Verifier
+that makes it): they are left out.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -28,7 +35,12 @@ def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
 
     edges: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
+                       for statement in node.body for inner in ast.walk(statement)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             targets = []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kernelloop"):
                 targets = [resolve(f"{node.module}.{alias.name}") or resolve(node.module or "") for alias in node.names]
