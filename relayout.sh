@@ -60,6 +60,8 @@ declare -A ROOM=(
   [test_attention_starters]=evals [test_bench]=evals [test_bench_tokens]=evals [test_metrics]=evals
   [test_problem_suite]=evals [test_shipped_reports]=evals [test_bench_list]=evals [test_leaderboard_rejudge]=evals
   [test_problem_is_code]=problem [test_source_ast]=problem [test_import_cycles]=problem
+  [test_build_stage]=verify [test_verify_imports]=verify [test_written]=verify [test_held_files]=sandbox
+  [test_redteam2_sandbox_user]=sandbox [test_stopwatch]=profile [test_causes]=agents
 )
 # tests/graph keeps the graph's tests; these two test the agents
 declare -A GRAPH_ROOM=([test_agents]=agents [test_extract]=agents)
