@@ -6,6 +6,8 @@ What comes from where:
   candidate, candidate_again                event times the candidate's process reports: claims
   host_ms_per_call (candidate, eager)       this process's clock around K back-to-back calls in
                                             each child, ended by a device-wide synchronize there
+                                            (the candidate's less the same per-call work without
+                                            it, timed the same way in the trusted job)
   parent_block_ms                           this process's clock around each timed block
   kernels, kernel_split, launches           the candidate's own profile: claims
   roofline, device_name                     the trusted job
@@ -13,22 +15,31 @@ What comes from where:
 speed.judge_speed turns these into the verdict's speed: the candidate's event times count only
 where this process's clock bears them out.
 
-Known gap, said where it is documented (docs/architecture.md): a candidate that detects the
-timing loop and skips work there (computing only the outputs it is later asked for) lowers
-both its event times and its back-to-back time; the rotating input sets it is timed on can be
-recognised. Outputs of timed calls are not checked one by one.
+No input repeats: every timed call, the baselines' and the candidate's, runs on fresh values
+drawn from a secret seed sent with its request (fresh_values.py), so a memo (by address,
+`_version` or content) never meets values it has seen; outputs of the candidate's timed calls
+picked at random after each request are checked against the reference on the same values
+(timed_checks.py). Back to back, eager's calls and the candidate's each come with that per-call
+work (fresh values in, the output kept, the digests), and the same work alone, timed the same way
+in the trusted job, is taken off both. Known gap, said where it is documented
+(docs/architecture.md): where a loop is bound by the device and that work alone by the host, up to
+the work's host time per call is taken off too much.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from dataclasses import dataclass
 
 from kernelloop.results import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
+from kernelloop.tools.verify.kept_outputs import capacity
 from kernelloop.tools.verify.reference_server import ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
+from kernelloop.tools.verify.timed_checks import BACK_PICKS, BLOCK_PICKS, SCRUTINY_ROUNDS, TimedChecks, TimedFailure
 
 FIRST_BLOCK_ROUNDS = 10
 MAX_BLOCK_ROUNDS = 200
@@ -36,6 +47,15 @@ MIN_ROUNDS, MIN_CANDIDATE_MS, MAX_ROUNDS = 50, 100.0, 1000
 MAX_TIMED_S = 20.0  # wall-clock cap on the blocks, both processes together
 BACK_TO_BACK_MS = 50.0  # about this much eager work per back-to-back check, in K calls
 MIN_CALLS, MAX_CALLS = 5, 2000
+MIN_HOST_MS = 1e-4  # a back-to-back time per call, less its fresh values' overhead, is never taken below this
+
+
+@dataclass
+class Rehearsed:
+    """The timing protocol run on the CPU (host clocks, tests only): how many timed calls were
+    checked; nothing timed reaches the verdict."""
+
+    checked: int
 
 
 def _ask(session: JobSession, kind: str, request: dict) -> tuple[dict | None, float]:
@@ -70,19 +90,26 @@ def _samples(answer: dict | None, names: list[str]) -> dict[str, list[float]] | 
 
 
 def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None = None,
-                 laps=None, timed: dict | None = None) -> SpeedJudgement | str:
+                 laps=None, timed: dict | None = None, checks: TimedChecks | None = None,
+                 rehearse: bool = False) -> SpeedJudgement | TimedFailure | Rehearsed | str:
     """Time the candidate against its baselines on the sets the trusted job made last; a string
-    when the candidate's child broke off or answered nonsense (the caller turns that into a
-    verdict). `cuda_index`: this process's index of the GPU being timed, for NVML (None: unknown).
-    `skip`: torch.compile baselines not to compile (their times come from a cached record; the
-    trusted job builds them anyway if it already has). `laps`: a Laps to mark "baselines",
-    "timing" and "profile" on; `timed` gets the baselines timed ("timed") and their compile times."""
-    baseline_setup = server.ask("timing", {"skip": list(skip or [])})
+    when the candidate's child broke off or answered nonsense, a TimedFailure when a timed call
+    failed its check (the caller turns either into a verdict). `cuda_index`: this process's index
+    of the GPU being timed, for NVML (None: unknown). `skip`: torch.compile baselines not to
+    compile (their times come from a cached record; the trusted job builds them anyway if it
+    already has). `laps`: a Laps to mark "baselines", "timing" and "profile" on; `timed` gets the
+    baselines timed ("timed") and their compile times. `checks`: fresh values for every timed
+    call and checks of calls picked at random (None: timing as it was before them, the trial
+    sets in turn, for benchmarks/fresh_values.py's "before"). `rehearse`: the CPU, for tests: the
+    same conversation on host clocks, no profile and no speed."""
+    keep_calls = capacity(checks.nbytes) if checks is not None else 0
+    fresh = checks is not None
+    baseline_setup = server.ask("timing", {"skip": list(skip or []), "fresh": fresh, "keep_calls": keep_calls})
     if timed is not None:
         timed.update(timed=[str(n) for n in baseline_setup.get("names") or []], compile_s=baseline_setup.get("compile_s") or {})
     if laps is not None:
         laps.lap("baselines")
-    setup, _ = _ask(session, "time", {})
+    setup, _ = _ask(session, "time", {"fresh": fresh, "keep_calls": keep_calls})
     if setup is None:
         return "the candidate's process stopped answering when timing began"
     names = [str(n) for n in baseline_setup["names"]]
@@ -90,20 +117,44 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
     samples: dict[str, list[float]] = {name: [] for name in names + candidate_names}
     parent_block_ms: list[float] = []
     claimed_block_ms: list[float] = []
+    checked_rounds: list[int] = []
+    block_probability = TimedChecks.block_probability(keep_calls, MAX_ROUNDS)
+
+    def run_block(rounds: int, check_all: bool = False) -> TimedFailure | str | None:
+        """One block of rounds in both processes, its samples kept; its candidate calls checked
+        (some, with a probability, or all)."""
+        seed = TimedChecks.seed()
+        baseline_block = server.ask("block", {"rounds": rounds, "seed": TimedChecks.seed()})
+        answer, wall_ms = _ask(session, "block", {"rounds": rounds, "seed": seed})
+        claimed = _samples(answer, candidate_names)
+        trusted = _samples(baseline_block, names)
+        if claimed is None or trusted is None or any(len(v) != rounds for v in (*claimed.values(), *trusted.values())):
+            return "the candidate's process answered a timing block with something other than its samples"
+        done = len(samples["candidate"])
+        for name, values in {**claimed, **trusted}.items():
+            samples[name] += values
+        parent_block_ms.append(wall_ms)
+        claimed_block_ms.append(sum(claimed["candidate"]) + sum(claimed["candidate_again"]))
+        if checks is None:
+            return None
+        digests = TimedChecks.digests(answer, rounds)
+        if digests is None:
+            return "the candidate's process answered a timing block without a digest of each timed output"
+        if not check_all and not TimedChecks.chosen(block_probability):
+            return None
+        picked = list(range(rounds)) if check_all else TimedChecks.pick(rounds, BLOCK_PICKS)
+        # the candidate's call of round r is call 2r of the request (the rounds' calls numbered candidate first)
+        failed = checks.check(seed, 2 * rounds, [(r, 2 * r) for r in picked], digests)
+        checked_rounds.extend(done + r for r in picked)
+        return failed
+
     started = time.perf_counter()
     with gpu.measure_around(_nvml_index(cuda_index)) as state:
         rounds = FIRST_BLOCK_ROUNDS
         while True:
-            baseline_block = server.ask("block", {"rounds": rounds})
-            answer, wall_ms = _ask(session, "block", {"rounds": rounds})
-            claimed = _samples(answer, candidate_names)
-            trusted = _samples(baseline_block, names)
-            if claimed is None or trusted is None or any(len(v) != rounds for v in (*claimed.values(), *trusted.values())):
-                return "the candidate's process answered a timing block with something other than its samples"
-            for name, values in {**claimed, **trusted}.items():
-                samples[name] += values
-            parent_block_ms.append(wall_ms)
-            claimed_block_ms.append(sum(claimed["candidate"]) + sum(claimed["candidate_again"]))
+            failed = run_block(max(1, min(rounds, keep_calls or rounds)))
+            if failed is not None:
+                return failed
             done = len(samples["candidate"])
             total = sum(samples["candidate"])
             if (done >= MIN_ROUNDS and (total >= MIN_CANDIDATE_MS or done >= MAX_ROUNDS)) or \
@@ -112,18 +163,39 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
             per_round = max(total / done, 1e-3)
             wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - total) / per_round))
             rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
+        # Under the reference's roofline: its speed counts only from calls checked one by one.
+        floor_ms = (baseline_setup.get("roofline") or {}).get("floor_ms")
+        if checks is not None and floor_ms and statistics.median(samples["candidate"]) < floor_ms:
+            failed = run_block(min(SCRUTINY_ROUNDS, keep_calls), check_all=True)
+            if failed is not None:
+                return failed
         # K calls of about BACK_TO_BACK_MS each way, sized by eager's time and by what a candidate
         # call cost on this process's clock in the blocks (flush and hold included: an upper bound),
         # so a candidate slow on the host is not called thousands of times.
         eager_ms = sorted(samples["eager"])[len(samples["eager"]) // 2]
         wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
         calls = max(MIN_CALLS, min(MAX_CALLS, math.ceil(BACK_TO_BACK_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
-        _, eager_wall_ms = server.timed("back", {"name": "eager", "calls": calls})
-        answer, candidate_wall_ms = _ask(session, "back", {"calls": calls})
+        if checks is not None:
+            calls = max(1, min(calls, keep_calls))
+        _, eager_wall_ms = server.timed("back", {"name": "eager", "calls": calls, "seed": TimedChecks.seed()})
+        overhead_wall_ms = 0.0
+        if checks is not None:  # the per-call work besides the forward, alone: taken off eager's and the candidate's
+            _, overhead_wall_ms = server.timed("back", {"name": "overhead", "calls": calls, "seed": TimedChecks.seed()})
+        seed = TimedChecks.seed()
+        answer, candidate_wall_ms = _ask(session, "back", {"calls": calls, "seed": seed})
         if answer is None:
             return "the candidate's process stopped answering during the back-to-back check"
+        if checks is not None:
+            digests = TimedChecks.digests(answer, calls)
+            if digests is None:
+                return "the candidate's process answered the back-to-back check without a digest of each output"
+            failed = checks.check(seed, calls, [(i, i) for i in TimedChecks.pick(calls, BACK_PICKS)], digests)
+            if failed is not None:
+                return failed
     if laps is not None:
         laps.lap("timing")
+    if rehearse:
+        return Rehearsed(checked=checks.checked if checks is not None else 0)
     profile, _ = _ask(session, "profile", {})
     if laps is not None:
         laps.lap("profile")
@@ -132,8 +204,11 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
     launches = claimed_profile.get("launches")
     return judge_speed(Measurement(
         samples_ms=samples,
-        host_ms_per_call={"candidate": candidate_wall_ms / calls, "eager": eager_wall_ms / calls},
+        host_ms_per_call={"candidate": max(MIN_HOST_MS, (candidate_wall_ms - overhead_wall_ms) / calls),
+                          "eager": max(MIN_HOST_MS, (eager_wall_ms - overhead_wall_ms) / calls)},
         back_to_back_calls=calls, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
+        fresh_overhead_ms_per_call=overhead_wall_ms / calls if checks is not None else None,
+        checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")) if checks is not None else None,
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
         kernel_split=split if isinstance(split, dict) else {},

@@ -5,8 +5,9 @@ rule). Then, for every verification, fresh secret seeds: the trusted reference j
 sandbox worker, no candidate code) makes the inputs and the reference's outputs on them, and
 only the inputs reach the candidate's child. The parent drives that child over a channel it owns:
 trials, a compare here, timing only for outputs that were right (the baselines timed in the
-trusted job, the candidate's own event times checked against this process's clock), then one
-more call on fresh values written into buffers the candidate already knows, compared here too.
+trusted job, the candidate's own event times checked against this process's clock; every timed
+call on fresh values, and outputs of timed calls picked at random checked here), then one more
+call on fresh values written into buffers the candidate already knows, compared here too.
 Everything the candidate's process reports (its kernels, ops, launches, event times, input
 checks) is a claim; what decides a verdict is what this process computed or observed.
 """
@@ -40,7 +41,8 @@ from kernelloop.tools.verify.reference_server import Made, ReferenceServer, prob
 from kernelloop.tools.verify.speed import SpeedJudgement, summarize_all
 from kernelloop.tools.verify.static_check import first_broken_rule
 from kernelloop.tools.verify.tensor_files import load_sets
-from kernelloop.tools.verify.timing_driver import drive_timing
+from kernelloop.tools.verify.timed_checks import TimedChecks, TimedFailure
+from kernelloop.tools.verify.timing_driver import Rehearsed, drive_timing
 from kernelloop.workspace import workspace_dir
 
 DEFAULT_TRIALS = 3
@@ -205,10 +207,16 @@ class Verifier:
                  time_it: bool = True, compile_timeout_s: float = 180.0, run_timeout_s: float = 300.0,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
-                 gpu_compare: bool = True):
+                 gpu_compare: bool = True, fresh_timing: bool = True, rehearse_timing: bool = False):
         self.device = resolve_device(device)
         self.strict = strict
         self.time_it = time_it and self.device == "cuda"
+        # Every timed call on fresh values, outputs of calls picked at random checked (fresh_values.py,
+        # timed_checks.py); off only in benchmarks/fresh_values.py, to time as before them.
+        self.fresh_timing = fresh_timing
+        # The CPU, for tests: the timing phase's conversation (fresh values, kept outputs, checks of
+        # calls picked at random) on host clocks; no speed comes of it.
+        self.rehearse = rehearse_timing and self.device == "cpu"
         self.compile_timeout_s = compile_timeout_s
         self.run_timeout_s = run_timeout_s
         self.trials = trials
@@ -346,6 +354,18 @@ class Verifier:
             raise ProblemError(f"{server.problem.path}: {too_big}")
         return trials
 
+    def donor_count(self, server: ReferenceServer, trials: int) -> int:
+        """Input sets made only for fresh values to be drawn from (fresh_values.py): one where a
+        problem gets a single trial set and one more set of its inputs still fits, else none."""
+        if trials >= 2:
+            return 0
+        device_total = torch.cuda.get_device_properties(self.compare_on).total_memory \
+            if self.compare_on.type == "cuda" else None
+        host_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        fits = budget.check_fits(server.output_bytes or 0, trials + budget.FRESH_SETS, device_total, host_total,
+                                 server.input_bytes or 0, donor_sets=1) is None
+        return 1 if fits else 0
+
     # -- candidate --------------------------------------------------------------------------
     def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
         started = time.perf_counter()
@@ -359,7 +379,8 @@ class Verifier:
         self.reference_zygote(problem).wait_ready()
         laps.lap("workers")
         server = self.server(problem)
-        made = server.make(secret_seeds(self.trial_count(server)), variants=True)
+        trials = self.trial_count(server)
+        made = server.make(secret_seeds(trials), variants=True, donor_seeds=secret_seeds(self.donor_count(server, trials)))
         laps.lap("reference")
         # The reference's and the timing's share of this verification, kept out of the fixed cost.
         self._parent_costs = {"reference_s": time.perf_counter() - started, "timing_s": 0.0}
@@ -577,26 +598,35 @@ class Verifier:
         self._laps.lap("compare")
 
         timing_started = time.perf_counter()
-        judged = None
-        if self.time_it:
+        judged: SpeedJudgement | TimedFailure | Rehearsed | str | None = None
+        checks = TimedChecks(session, server, refs[0], tolerance, self.compare_on) \
+            if self.rehearse or (self.time_it and self.fresh_timing) else None
+        if self.time_it or self.rehearse:
             session.advance("timing")
             warm = server.answer("warm_up") or {}
             record, skip = self._cache_state.get("record"), self._cache_state.get("skip", [])
+            if self.rehearse:  # no torch.compile on the CPU: its baselines need none
+                skip = list(trusted_cache.CACHED_NAMES)
             # NVML reads this worker's GPU: the one this process compares on, where it has one
             cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
-            judged = drive_timing(session, server, cuda_index, skip=skip, laps=self._laps, timed=self._cache_state)
+            judged = drive_timing(session, server, cuda_index, skip=skip, laps=self._laps, timed=self._cache_state,
+                                  checks=checks, rehearse=self.rehearse)
             for name in ("import_s", "build_s"):  # in the trusted job, beside the candidate: not in fixed_s
                 if isinstance(warm.get(name), (int, float)):
                     self._overlapped[f"baselines_{name}"] = float(warm[name])
             if record is not None and isinstance(judged, SpeedJudgement):
                 judged = with_cached_baselines(judged, record)
-        self._parent_costs["timing_s"] = time.perf_counter() - timing_started if self.time_it else 0.0
+        self._parent_costs["timing_s"] = time.perf_counter() - timing_started if judged is not None else 0.0
         if isinstance(judged, str):  # the child broke off while being timed
             return None
+        if isinstance(judged, TimedFailure):
+            return self._timed_failure(judged, len(outputs), tolerance, base)
+        if checks is not None:
+            worst_abs, worst_rel = max(worst_abs, checks.worst_abs), max(worst_rel, checks.worst_rel)
 
         # A kernel faster than the reference's own work could be is judged on more sets (it may
         # exploit structure honestly, or skip work that the trial values happened not to need).
-        extra = SCRUTINY_SETS if judged is not None and not isinstance(judged, str) and judged.less_work_than_reference else 0
+        extra = SCRUTINY_SETS if isinstance(judged, SpeedJudgement) and judged.less_work_than_reference else 0
         self._laps.lap("timing")
         fresh_started = time.perf_counter()
         fresh_made = server.make(secret_seeds(1 + extra), variants=False)
@@ -648,13 +678,25 @@ class Verifier:
             verdict.warnings.append(_degenerate_note(verdict.degenerate_outputs, {**made.round_off, **fresh_made.round_off}))
         if self.device == "cpu":
             verdict.warnings.append("CPU (Triton interpreter): correctness only, no speed measured")
-        verdict.feedback = (f"Correct on {trials_run} input sets "
+        if isinstance(judged, Rehearsed):
+            verdict.warnings.append(f"CPU: the timing protocol ran on host clocks ({judged.checked} timed calls on "
+                                    "fresh values checked); nothing it timed is a speed")
+        timed_calls = f" and {checks.checked} timed calls picked at random" if checks is not None and checks.checked else ""
+        verdict.feedback = (f"Correct on {trials_run} input sets{timed_calls} "
                             f"(max_abs_err={verdict.max_abs_err:.3g}, rel_err={verdict.rel_err:.3g}).")
-        if judged is not None:
+        if isinstance(judged, SpeedJudgement):
             verdict = _with_speed(verdict, judged)
             if verdict.degenerate_outputs and verdict.win:
                 verdict.win = False  # as fast as it likes: zeros would be as right
         return verdict
+
+    def _timed_failure(self, failed: TimedFailure, trials: int, tolerance: dict, base: _VerdictBase) -> Verdict:
+        """The verdict of a timed call that failed its check: wrong (where it is wrong, as for any
+        wrong output), or rejected (its kept output contradicts its digest, or can't be read)."""
+        if failed.code is not Code.wrong_on_timed_call or failed.comparison is None:
+            return rejected(failed.code, failed.reason[:300], **base)
+        located = _localised([failed.comparison], [failed.outputs], [failed.refs], 0, tolerance, self.compare_on)
+        return _incorrect(failed.comparison, failed.reason, failed.code, trials + 1, located, base)
 
     def _decoy(self, disturbed: list[list], made: Made, ref: list, tolerance: dict) -> str | None:
         """A forward that is still right with its own Triton kernels skipped, or with noise in
