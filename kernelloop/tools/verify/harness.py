@@ -51,7 +51,7 @@ from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
 from kernelloop.tools.verify.compare import flatten_outputs
-from kernelloop.tools.verify.fresh_values import FreshRequest, Pool
+from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.reference_job import run_reference, warm_fresh_values
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
@@ -286,8 +286,11 @@ def preload() -> None:
 
 def _load_triton_driver() -> None:
     """Build and load Triton's CUDA driver helpers (cuda_utils: 0.36 s of gcc in every fresh process)
-    in this process, from a private temporary dir deleted once they are loaded; and compile the
-    kernel that digests timed outputs (kept_outputs.py), kept in this process's memory the same way.
+    in this process, from a private temporary dir deleted once they are loaded. The kernel that
+    digests timed outputs (kept_outputs.py) is not compiled here: most jobs are never timed, and a
+    timed one compiles it while the trusted job sets up its baselines (timing_driver.py). Its
+    digests are commitments the parent checks with its own torch ops, so a cache the candidate
+    planted for it can only make them fail.
 
     Per process, never in the zygote: a job can open its own mapping of the library for writing
     (/proc/self/map_files, seen in bubblewrap on an H200 node), and a mapping the zygote made would be
@@ -301,9 +304,6 @@ def _load_triton_driver() -> None:
     os.environ["TRITON_CACHE_DIR"] = build
     try:
         triton.runtime.driver.active.utils  # noqa: B018 - builds and loads the driver helpers
-        from kernelloop.tools.verify.kept_outputs import warm_digest
-
-        warm_digest()  # the timed outputs' digest kernel, compiled into this process's memory
     except Exception as exc:  # noqa: BLE001 - no driver here after all: the job meets it as before
         print(f"kernelloop: Triton's driver was not loaded ahead: {error_line(exc)}", file=sys.stderr)
     finally:
@@ -437,6 +437,7 @@ class _CandidateSession:
         self.pool: Pool | None = None
         self.fresh_values: FreshRequest | None = None
         self.kept: Kept | None = None
+        self.window: Window | None = None  # the back-to-back windows' input sets, one per call
 
     def _specs(self, index: int) -> list:
         return self.specs[index] if index < len(self.specs) else []
@@ -538,7 +539,8 @@ class _CandidateSession:
             self.pool = Pool([to_device(inputs, self.device) for inputs in self.pool_sets])
             self.timing_sets = [self.pool.buffers()]
             self.kept = Kept(self._specs(0), int(request.get("keep_calls") or 1), self.device)
-            warm_fresh_values(self.pool, self.kept, self.device)
+            self.window = Window(self.pool, self.kept.calls, self.timing_sets[0])
+            warm_fresh_values(self.pool, self.kept, self.device, self.window)
         else:
             self.timing_sets = [to_device(inputs, self.device) for inputs in self.input_sets]
         call = lambda i: self.model(*self.timing_sets[i])  # noqa: E731
@@ -572,17 +574,21 @@ class _CandidateSession:
         return {"samples_ms": samples, "digests": self.kept.digests()}
 
     def back(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Back-to-back calls the parent times; with fresh values, each on its own values and its
-        output kept, the digests computed before the answer (inside the parent's clock)."""
+        """Back-to-back calls the parent times; with fresh values, each on a set of its own written
+        when the window starts and its output kept, the digests computed before the answer: all
+        inside the parent's clock."""
         from kernelloop.tools.profile.timing import back_to_back
 
-        calls, fn = int(request["calls"]), self._rounds().fns[CANDIDATE]
+        fn = self._rounds().fns[CANDIDATE]
         if self.pool is None or self.kept is None:
-            back_to_back(fn, len(self.timing_sets), calls)
+            back_to_back(fn, len(self.timing_sets), int(request["calls"]))
             return {}
-        fresh, kept, buffers = self.pool.request(int(request["seed"]), calls), self.kept, self.timing_sets[0]
+        if self.window is None:
+            raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
+        calls, window, kept, model = int(request["calls"]), self.window, self.kept, self.model
+        window.prepare(self.pool.request(int(request["seed"]), calls))  # inside the clock (fresh_values.Window)
         kept.reset()
-        back_to_back(fn, 1, calls, prepare=lambda call: fresh.fill(buffers, call),
+        back_to_back(lambda call: model(*window.inputs(call)), calls, calls,
                      after=lambda output: kept.keep(flatten_outputs(output)))
         return {"digests": kept.digests()}
 

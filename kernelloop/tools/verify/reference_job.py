@@ -50,7 +50,7 @@ from kernelloop.tools.verify._runtime import (
     to_device,
 )
 from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs, tolerance_for
-from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, pool_indices
+from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, pool_indices
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.tensor_files import save_sets
 
@@ -148,6 +148,7 @@ class ReferenceJob:
         self.fresh_timing = True
         self.like: list = []
         self.kept: Kept | None = None
+        self.window: Window | None = None  # the back-to-back windows' input sets, one per call
 
     def inputs_for(self, seeds: list[int], variants: bool) -> tuple[list[list], list[int]]:
         """One input set per seed; with `variants`, the problem's extra shapes go before the last.
@@ -184,7 +185,7 @@ class ReferenceJob:
             # A new verification: the last one's timed sets are never timed again; free their
             # device memory before this one's are made (set by set, so the baselines' list keeps
             # its length and nothing recompiles).
-            self.last_sets, self.pool, self.buffers, self.fresh, self.kept = [], None, [], None, None
+            self.last_sets, self.pool, self.buffers, self.fresh, self.kept, self.window = [], None, [], None, None, None
             for index in range(len(self.sets)):
                 self.sets[index] = []
         sets, seeded = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
@@ -280,12 +281,15 @@ class ReferenceJob:
         self.build_baselines(list(request.get("skip") or ()))  # compiles nothing where warm_up built them
         if self.fresh_timing and self.pool is not None:
             self.kept = Kept(self._specs(), int(request.get("keep_calls") or 1), self.device)
-            warm_fresh_values(self.pool, self.kept, self.device)
+            self.window = Window(self.pool, self.kept.calls, self.buffers)
+            warm_fresh_values(self.pool, self.kept, self.device, self.window)
         hold_ms = self._timing.warm()
         on_gpu = self.device.startswith("cuda")
         return {"names": list(self._timing.fns), "compile_s": self.compile_s, "hold_ms": hold_ms,
                 "roofline": self.roofline, "device_name": torch.cuda.get_device_name() if on_gpu else None,
-                "fresh_values": self.pool is not None and self.pool.fresh}
+                "fresh_values": self.pool is not None and self.pool.fresh,
+                # how many calls a back-to-back window can give a set of their own (the parent sizes it)
+                "window_sets": self.window.fit if self.window is not None else 0}
 
     def _specs(self) -> list:
         return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in self.like if isinstance(t, torch.Tensor)]
@@ -316,24 +320,28 @@ class ReferenceJob:
     def back_to_back(self, request: dict[str, Any]) -> dict[str, Any]:
         """Back-to-back calls the parent times: eager's, or with `name` "overhead" none at all. With
         fresh values, each call does what a candidate's call does in its child besides the forward,
-        the same code on the same shapes: fresh values into the inputs before it, a copy of its
-        output kept after it, the digests at the end; the parent takes the "overhead" run (that
-        work alone) off eager's time and the candidate's alike."""
+        the same code on the same shapes: the window's sets written when it starts, one per call,
+        a copy of each output kept after it, the digests at the end; the parent takes the
+        "overhead" run (that work alone) off eager's time and the candidate's alike."""
         from kernelloop.tools.profile.timing import back_to_back
 
-        calls = int(request["calls"])
         name = request.get("name", "eager")
         if not self.fresh_timing:
-            back_to_back(self._timing.fns[name], len(self.sets), calls)
+            back_to_back(self._timing.fns[name], len(self.sets), int(request["calls"]))
             return {}
-        if self.pool is None or self.kept is None:
+        if self.pool is None or self.window is None or self.kept is None:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
-        fresh, kept, like = self.pool.request(int(request["seed"]), calls), self.kept, self.like
-        fn = (lambda i: like) if name == "overhead" else self._timing.fns[name]
+        calls, window, kept, like = int(request["calls"]), self.window, self.kept, self.like
+        fn = self._eager_on if name != "overhead" else (lambda inputs: like)
+        window.prepare(self.pool.request(int(request["seed"]), calls))
         kept.reset()
-        back_to_back(fn, 1, calls, prepare=lambda call: fresh.fill(self.buffers, call),
+        back_to_back(lambda call: fn(window.inputs(call)), calls, calls,
                      after=lambda output: kept.keep(flatten_outputs(output)))
         return {"digests": len(kept.digests())}
+
+    def _eager_on(self, inputs: list) -> Any:
+        """The eager baseline on `inputs`, as its timed callable runs it (measure._caller)."""
+        return self.eager(*inputs)
 
     def regen(self, request: dict[str, Any]) -> dict[str, Any]:
         """The reference's outputs on the values of calls `indices` of a request of `calls` calls made
@@ -350,11 +358,13 @@ class ReferenceJob:
         return {"sets": len(outputs)}
 
 
-def warm_fresh_values(pool: Pool, kept: Kept, device: str) -> None:
-    """Before any request is timed: a request's random bits drawn once at the largest size, and
-    every kept slot digested (on a GPU the digest kernel compiles), so the allocator holds their
-    blocks and no back-to-back window pays for a compile or a first allocation."""
-    pool.request(0, kept.calls)
+def warm_fresh_values(pool: Pool, kept: Kept, device: str, window: Window | None = None) -> None:
+    """Before any request is timed: a request's random bits drawn once at the largest size, every
+    kept slot digested (on a GPU the digest kernel compiles), and a window's sets written once, so
+    the allocator holds their blocks and no timed window pays for a compile or a first allocation."""
+    request = pool.request(0, kept.calls)
+    if window is not None:
+        window.prepare(request)
     kept.count = kept.calls
     kept.digests()
     kept.reset()

@@ -104,13 +104,16 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
     same conversation on host clocks, no profile and no speed."""
     keep_calls = capacity(checks.nbytes) if checks is not None else 0
     fresh = checks is not None
+    # Both set up at once: the child's (its buffers, and on a GPU the digest kernel's compile) while
+    # the trusted job builds and warms the baselines.
+    asked = session.send({"time": {"fresh": fresh, "keep_calls": keep_calls}})
     baseline_setup = server.ask("timing", {"skip": list(skip or []), "fresh": fresh, "keep_calls": keep_calls})
     if timed is not None:
         timed.update(timed=[str(n) for n in baseline_setup.get("names") or []], compile_s=baseline_setup.get("compile_s") or {})
     if laps is not None:
         laps.lap("baselines")
-    setup, _ = _ask(session, "time", {"fresh": fresh, "keep_calls": keep_calls})
-    if setup is None:
+    message = session.receive() if asked else None
+    if not message or not isinstance(message.get("time"), dict):
         return "the candidate's process stopped answering when timing began"
     names = [str(n) for n in baseline_setup["names"]]
     candidate_names = ["candidate", "candidate_again"]
@@ -176,11 +179,13 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
         calls = max(MIN_CALLS, min(MAX_CALLS, math.ceil(BACK_TO_BACK_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
         if checks is not None:
-            calls = max(1, min(calls, keep_calls))
-        _, eager_wall_ms = server.timed("back", {"name": "eager", "calls": calls, "seed": TimedChecks.seed()})
+            # Each call of a window on a set of its own (no refill between calls) where the sets
+            # fit in the window's memory; past that, as few calls as the check needs.
+            calls = max(1, min(calls, keep_calls, max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)))
+        eager_wall_ms = _trusted_window(server, "eager", calls, checks is not None)
         overhead_wall_ms = 0.0
         if checks is not None:  # the per-call work besides the forward, alone: taken off eager's and the candidate's
-            _, overhead_wall_ms = server.timed("back", {"name": "overhead", "calls": calls, "seed": TimedChecks.seed()})
+            overhead_wall_ms = _trusted_window(server, "overhead", calls, True)
         seed = TimedChecks.seed()
         answer, candidate_wall_ms = _ask(session, "back", {"calls": calls, "seed": seed})
         if answer is None:
@@ -215,6 +220,13 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
+
+
+def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool) -> float:
+    """This process's clock (ms) around one back-to-back window in the trusted job: eager's calls,
+    or ("overhead") the per-call work alone, each with its window's values (fresh_values.Window)."""
+    _, wall_ms = server.timed("back", {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {})})
+    return wall_ms
 
 
 def _nvml_index(cuda_index: int | None) -> int:
