@@ -19,7 +19,7 @@ import torch
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Code, Status
 from kernelloop.tools.verify import kept_outputs, speed
-from kernelloop.tools.verify.fresh_values import Pool, pool_indices
+from kernelloop.tools.verify.fresh_values import WINDOW_ALIGN, Pool, Window, pool_indices
 from kernelloop.tools.verify.kept_outputs import Kept, capacity, digest_bytes, split
 from kernelloop.tools.verify.timed_checks import TimedChecks
 
@@ -98,6 +98,40 @@ def test_one_set_or_no_float_input_gives_no_fresh_values_and_only_same_shapes_mi
     assert not Pool([[torch.arange(4)], [torch.arange(4) + 1]]).fresh
     sets = [[torch.randn(4, 4)], [torch.randn(3, 3)], [torch.randn(4, 4)], [torch.randn(4, 4).double()]]
     assert pool_indices(sets, [0, 1, 2, 3]) == [0, 2]  # a variant shape or another dtype never mixes in
+
+
+def test_a_window_gives_each_call_a_set_of_its_own_with_the_values_the_trusted_job_remakes():
+    torch.manual_seed(2)
+    sym = [torch.randn(6, 6) for _ in range(3)]
+    pool = Pool(sets_of(*[[torch.randn(37, 129), s + s.mT, torch.arange(4)] for s in sym]))
+    window = Window(pool, 40, pool.buffers())
+    request = pool.request(11, 25)
+    assert window.fit == 40 and window.prepare(request) == 25
+    seen = [window.inputs(call) for call in range(25)]
+    for call, inputs in enumerate(seen):  # bit for bit what one call's fill writes, and what regen remakes
+        assert all(torch.equal(a, b) for a, b in zip(inputs, request.values(call)))
+    starts = {inputs[0].data_ptr() for inputs in seen}
+    assert len(starts) == 25  # no two calls of a window read one address: no memo by address or content hits
+    assert all((p - min(starts)) % WINDOW_ALIGN == 0 for p in starts)  # every set as aligned as an allocation
+    assert all(torch.equal(inputs[1], inputs[1].mT) for inputs in seen)  # structure kept, as by fill
+    version = seen[0][0]._version
+    window.prepare(pool.request(12, 25))  # the next window rewrites the same sets: new values, new versions
+    assert window.inputs(0)[0]._version > version and not torch.equal(window.inputs(0)[0], request.values(0)[0])
+
+
+def test_a_window_of_more_calls_than_sets_refills_the_set_a_call_reuses():
+    torch.manual_seed(3)
+    pool = Pool(sets_of(*[[torch.randn(8, 16)] for _ in range(2)]))
+    small = Window(pool, 4, pool.buffers())
+    request = pool.request(5, 10)
+    assert small.prepare(request) == 4
+    for call in range(10):
+        assert torch.equal(small.inputs(call)[0], request.values(call)[0])
+    buffers = pool.buffers()
+    too_big = Window(pool, 0, buffers)  # a set larger than the window's memory: the timing's own buffers
+    assert too_big.fit == 0 and too_big.prepare(request) == 1
+    for call in range(3):
+        assert too_big.inputs(call)[0] is buffers[0] and torch.equal(buffers[0], request.values(call)[0])
 
 
 def test_a_request_counts_its_calls():

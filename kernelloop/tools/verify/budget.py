@@ -7,7 +7,9 @@ What one verification holds at once, as the verifier works today (verifier.trial
           timing); and one set's output beside the reference's (the forward, the compare); the
           copies of timed calls' outputs kept for the checks (kept_outputs.py: up to 1 GiB, or
           one output where that is more), in both; donor sets (inputs only, where a problem gets
-          one trial set, for fresh values to be drawn from), in both
+          one trial set, for fresh values to be drawn from), in both; a back-to-back window's
+          input sets, one per call (fresh_values.Window: up to 1 GiB, none where a set is
+          larger), in both
 KernelBench's main branch has level-1 problems with 4-9 GB outputs and up to 17 GB of inputs per
 set: three trial sets of those don't fit an 80 GB GPU, so such a problem gets one trial set (plus
 the fresh one), and where even that can't fit, the error says so in one line: the size, the
@@ -16,6 +18,7 @@ limit, and what to do.
 
 from __future__ import annotations
 
+from kernelloop.tools.verify.fresh_values import WINDOW_BYTES
 from kernelloop.tools.verify.kept_outputs import capacity
 
 LARGE_OUTPUT_BYTES = 1 << 30  # an output above this gets one trial set, plus the fresh set
@@ -49,6 +52,15 @@ def kept_bytes(output_bytes_per_set: int) -> int:
     return 2 * capacity(output_bytes_per_set) * output_bytes_per_set if output_bytes_per_set > 0 else 0
 
 
+def window_bytes(output_bytes_per_set: int, input_bytes_per_set: int) -> int:
+    """A back-to-back window's input sets in the candidate's child and in the trusted job: as many
+    as fit WINDOW_BYTES, no more than a request keeps outputs of (none where one set is larger)."""
+    if input_bytes_per_set <= 0 or input_bytes_per_set > WINDOW_BYTES:
+        return 0
+    sets = min(capacity(output_bytes_per_set), WINDOW_BYTES // input_bytes_per_set)
+    return 2 * sets * input_bytes_per_set
+
+
 def host_bytes(output_bytes_per_set: int, n_sets: int, input_bytes_per_set: int = 0, donor_sets: int = 0) -> int:
     """The parent's reference outputs of every set and one candidate set; two processes' inputs."""
     return (n_sets + 1) * output_bytes_per_set + 2 * (n_sets + donor_sets) * input_bytes_per_set
@@ -56,9 +68,9 @@ def host_bytes(output_bytes_per_set: int, n_sets: int, input_bytes_per_set: int 
 
 def device_bytes(output_bytes_per_set: int, n_sets: int, input_bytes_per_set: int = 0, donor_sets: int = 0) -> int:
     """Two processes' device copies of the timed sets' inputs; one set's output and the reference's;
-    the kept copies of timed outputs."""
+    the kept copies of timed outputs; the back-to-back window's sets."""
     return (2 * (n_sets + donor_sets) * input_bytes_per_set + 2 * output_bytes_per_set
-            + kept_bytes(output_bytes_per_set))
+            + kept_bytes(output_bytes_per_set) + window_bytes(output_bytes_per_set, input_bytes_per_set))
 
 
 def check_fits(output_bytes_per_set: int, n_sets: int, device_total_bytes: int | None, host_total_bytes: int,
