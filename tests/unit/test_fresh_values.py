@@ -100,6 +100,31 @@ def test_one_set_or_no_float_input_gives_no_fresh_values_and_only_same_shapes_mi
     assert pool_indices(sets, [0, 1, 2, 3]) == [0, 2]  # a variant shape or another dtype never mixes in
 
 
+def test_an_input_whose_rows_each_have_a_location_of_their_own_is_mixed_within_its_rows():
+    # 2_SoftmaxIrregular's inputs: an offset per row 50 apart across sets. Mixed element by element
+    # across sets, a seventh of a row's exponentials went subnormal (eager's softmax slows on them).
+    torch.manual_seed(4)
+    offset_rows = [torch.randn(64, 97) * 4.0 + torch.randn(64, 1) * 50.0 for _ in range(3)]
+    plain = [torch.randn(64, 97) for _ in range(3)]
+    pool = Pool(sets_of(*[[o, p] for o, p in zip(offset_rows, plain)]))
+    assert pool.within == {0: True, 1: False}
+    request = pool.request(9, 6)
+    window = Window(pool, 6, pool.buffers())
+    window.prepare(request)
+    for call in range(6):
+        values, (a, b) = request.values(call), request.pairs[call]
+        source = offset_rows[a]
+        assert bool(((values[0] == source) | (values[0] == source.roll(1, dims=-1))).all())  # its own rows' values
+        assert 0.3 < float((values[0] != source).float().mean()) < 0.7  # about half of them moved: new values
+        assert (values[0].mean(1) - source.mean(1)).abs().max() < 2.0  # each row keeps its location
+        assert bool(((values[1] == plain[a]) | (values[1] == plain[b])).all())  # the others mix across sets
+        assert all(torch.equal(x, y) for x, y in zip(window.inputs(call), values))  # the window writes the same
+    exps = torch.exp(values[0] - values[0].max(1, keepdim=True).values)
+    assert float((exps < torch.finfo(torch.float32).tiny).float().mean()) < 0.001
+    constant_rows = [torch.randn(64, 1).expand(64, 97).contiguous() for _ in range(3)]  # nothing to mix within
+    assert Pool(sets_of(*[[c] for c in constant_rows])).within == {0: False}
+
+
 def test_a_window_gives_each_call_a_set_of_its_own_with_the_values_the_trusted_job_remakes():
     torch.manual_seed(2)
     sym = [torch.randn(6, 6) for _ in range(3)]

@@ -31,7 +31,9 @@ the calls it picks to check, and no multi-GB file has to move (tools/verify/time
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 
 import torch
 
@@ -61,6 +63,30 @@ def _symmetric(tensors: list[torch.Tensor]) -> bool:
     return all(torch.equal(t, t.mT) for t in tensors)
 
 
+LATENT_RATIO = 10.0  # slice means that differ across sets this many times more than values within a slice spread
+
+
+def _slice_latent(tensors: list[torch.Tensor]) -> bool:
+    """Whether each slice along dim 0 (a row, a sample) has a location of its own that the sets drew
+    apart (an offset per row, say): the slices' means differ across the sets far more than the
+    values within a slice spread. Mixing two sets element by element would then put two locations
+    in one slice (a softmax row of offsets 50 apart: a seventh of its exponentials subnormal, a
+    different kernel's speed), so such an input is mixed within its own slices instead (`fill`).
+    Not where a slice is constant (mixing within it would change nothing) or not finite."""
+    first = tensors[0]
+    if first.dim() < 2 or first.shape[0] < 2 or first.shape[-1] < 2:
+        return False
+    rows = [t.detach().double().reshape(t.shape[0], -1) for t in tensors]
+    within = statistics.fmean(float(r.var(dim=1).mean()) for r in rows)
+    means = [r.mean(dim=1) for r in rows]
+    between = statistics.fmean(float((means[a] - means[b]).pow(2).mean()) / 2
+                               for a in range(len(means)) for b in range(a + 1, len(means)))
+    if not (math.isfinite(within) and math.isfinite(between)) or within <= 0:
+        return False
+    shifted_differs = float((first != first.roll(1, dims=-1)).float().mean())
+    return between > LATENT_RATIO * within and shifted_differs >= 0.5
+
+
 class Pool:
     """The trial sets fresh values are drawn from (two or more sets of one signature, on one device),
     and which of their positions get fresh values."""
@@ -73,6 +99,9 @@ class Pool:
         self.floats = [i for i, v in enumerate(first)
                        if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()]
         self.symmetric = {i: _symmetric([s[i] for s in sets]) for i in self.floats}
+        # inputs mixed within their own slices (the set's value there or its last-dim neighbour's)
+        self.within = {i: len(sets) >= 2 and not self.symmetric[i] and _slice_latent([s[i] for s in sets])
+                       for i in self.floats}
         self.offsets, total = [], 0
         for i in self.floats:
             self.offsets.append(total)
@@ -126,7 +155,7 @@ class FreshRequest:
             mask = self.bits[first:first + target.numel()].view(torch.bool).view(target.shape)
             if self.pool.symmetric[i]:
                 mask = mask.triu() | mask.triu(1).mT
-            torch.where(mask, sets[a][i], sets[b][i], out=target)
+            _mix(mask, sets[a][i], sets[b][i], self.pool.within[i], target)
 
     def fill_rows(self, stacks: dict[int, torch.Tensor], count: int) -> None:
         """Calls 0..count-1's values at once: row k of `stacks[i]` ((rows, numel) views, one per
@@ -151,8 +180,9 @@ class FreshRequest:
                     mask = masks.index_select(0, index).view(len(index), *shape)
                     if self.pool.symmetric[i]:
                         mask = mask.triu() | mask.triu(1).mT
-                    picked = torch.where(mask, sets[a][i], sets[b][i]).view(len(index), numel)
-                    rows.index_copy_(0, index, picked)
+                    picked = torch.empty(mask.shape, dtype=rows.dtype, device=device)
+                    _mix(mask, sets[a][i], sets[b][i], self.pool.within[i], picked)
+                    rows.index_copy_(0, index, picked.view(len(index), numel))
 
     def values(self, call: int) -> list:
         """Call `call`'s input set as new tensors (the trusted job's copy of what the candidate got)."""
@@ -160,6 +190,16 @@ class FreshRequest:
         self.fill(made, call)
         return made
 
+
+
+def _mix(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor, within: bool, out: torch.Tensor) -> None:
+    """`out` = `a` where `mask`, else `b`; or (`within`) else `a`'s neighbour along the last dim
+    (roll(a, 1, -1), read through two views: nothing the size of an input is allocated)."""
+    if not within:
+        torch.where(mask, a, b, out=out)
+        return
+    torch.where(mask[..., 1:], a[..., 1:], a[..., :-1], out=out[..., 1:])
+    torch.where(mask[..., :1], a[..., :1], a[..., -1:], out=out[..., :1])
 
 
 WINDOW_BYTES = 1 << 30  # device memory for a back-to-back window's input sets, one per call
