@@ -1,13 +1,14 @@
 """What fresh values for every timed call cost, and what they change in the verdicts (GPU).
 
-One warm Verifier, one process, alternating:
+One warm Verifier, one process, alternating; (c) runs before (b), so a tight --budget-s leaves out
+starters, not memos:
 (a) per timed call, on each problem's own inputs (the shipped examples and the attention
     starters): the refill before an event-timed call (fill), a back-to-back window's sets written
     at its start (fresh_values.Window, per call), keeping a copy of the output and its share of
     the digests, by CUDA events (device) and the host clock, beside the reference's forward;
 (b) each shipped example and attention starter verified with fresh timing off (the trial sets in
     turn, no kept outputs, no checks: Verifier.fresh_timing=False, which nothing else uses) and
-    on, alternating (off, on, then on, off with --reps 2): eager's event median, the speedup, its
+    on, alternating (off then on, or on then off, by turns): eager's event median, the speedup, its
     source, the fixed cost (cost_s["fixed_s"]) and the timing phase's seconds;
 (c) every memo fixture (tests/fixtures/cheats/memo_*.py) and precompute_from_request_seed.py with
     the static rules on and off, fresh timing on, beside its honest twin judged by the same verifier.
@@ -127,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="candidate stems to run (default: all)")
     parser.add_argument("--reps", type=int, default=1, help="off/on pairs per candidate (alternating)")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="start no verification past this")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="start no verification past this")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -155,13 +156,6 @@ def main() -> None:
         return False
 
     with Verifier(device="cuda", workspace=args.out / "fresh-values-ws") as verifier:
-        for candidate, problem in pairs:
-            runs: dict = {"off": [], "on": []}
-            for rep in range(args.reps):
-                for fresh in ((False, True) if rep % 2 == 0 else (True, False)):
-                    if in_budget(f"{candidate.stem} fresh={'on' if fresh else 'off'}"):
-                        runs["on" if fresh else "off"].append(verify(verifier, candidate, problem, fresh=fresh))
-            out["examples"][candidate.stem] = runs
         twins: dict = {}
         for memo in memos:
             header = {k.strip(): v.strip() for k, _, v in (line.lstrip("# ").partition(":")
@@ -175,6 +169,13 @@ def main() -> None:
                 if in_budget(f"{memo.stem} rules={'on' if rules else 'off'}"):
                     row["on" if rules else "off"] = verify(verifier, memo, problem, rules=rules)
             out["memos"][memo.stem] = row
+        for index, (candidate, problem) in enumerate(pairs):
+            runs: dict = {"off": [], "on": []}
+            for rep in range(args.reps):  # which goes first alternates too: a problem's first verification is colder
+                for fresh in ((False, True) if (index + rep) % 2 == 0 else (True, False)):
+                    if in_budget(f"{candidate.stem} fresh={'on' if fresh else 'off'}"):
+                        runs["on" if fresh else "off"].append(verify(verifier, candidate, problem, fresh=fresh))
+            out["examples"][candidate.stem] = runs
 
     print("\n(b) speedup over eager, fresh timing off vs on (medians over reps); fixed and timing seconds")
     print(f"{'candidate':28} {'eager ms off/on':>16} {'off':>7} {'on':>7} {'on/off':>7} {'src':>6} "
