@@ -19,9 +19,11 @@ No input repeats: every timed call, the baselines' and the candidate's, runs on 
 drawn from a secret seed sent with its request (fresh_values.py), so a memo (by address,
 `_version` or content) never meets values it has seen; outputs of the candidate's timed calls
 picked at random after each request are checked against the reference on the same values
-(timed_checks.py). Back to back, eager's calls and the candidate's each come with that per-call
-work (fresh values in, the output kept, the digests), and the same work alone, timed the same way
-in the trusted job, is taken off both. Known gap, said where it is documented
+(timed_checks.py). Back to back, each call of a window has an input set of its own, all written
+when the window's request arrives (inside this process's clock: written earlier, every answer
+could be computed untimed) and none refilled between calls (fresh_values.Window); eager's window
+and the candidate's each come with that work (the sets written, the outputs kept, the digests),
+and the same work alone, timed the same way in the trusted job, is taken off both. Known gap, said where it is documented
 (docs/architecture.md): where a loop is bound by the device and that work alone by the host, up to
 the work's host time per call is taken off too much.
 """
