@@ -61,11 +61,12 @@ class Rehearsed:
 
 
 def _ask(session: JobSession, kind: str, request: dict) -> tuple[dict | None, float]:
-    """One request to the candidate's child and its answer, with this process's clock (ms) around it."""
+    """One request to the candidate's child and its answer, with this process's clock (ms) around it
+    (the session's own checks kept out of it: JobSession.receive's `timed`)."""
     started = time.perf_counter()
     if not session.send({kind: request}):
         return None, 0.0
-    message = session.receive()
+    message = session.receive(timed=True)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     answer = message.get(kind) if message else None
     return (answer if isinstance(answer, dict) else None), elapsed_ms
