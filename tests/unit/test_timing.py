@@ -288,3 +288,18 @@ def test_fresh_values_go_in_before_each_timed_call_and_its_output_is_kept_after_
                        ("after", "candidate", "candidate-output")]
     assert [entry for entry in log if entry[0] == "prepare"] == [
         ("prepare", "candidate", 0), ("prepare", "eager", 0), ("prepare", "eager", 1), ("prepare", "candidate", 1)]
+
+
+def test_a_back_to_back_time_per_call_is_the_median_window_less_its_overhead():
+    """One window's stray milliseconds (a collection, a walk of a dir) do not move the per-call time;
+    the overhead run is taken off window by window; never below the floor."""
+    from kernelloop.tools.verify.timing_driver import MIN_HOST_MS, per_call_ms
+
+    calls = 21
+    steady = per_call_ms([3.0, 3.1, 2.9, 3.0], [2.3, 2.4, 2.2, 2.3], calls)
+    assert steady == pytest.approx(0.7 / calls)
+    with_stray = per_call_ms([3.0, 3.1, 9.0, 3.0], [2.3, 2.4, 2.2, 2.3], calls)
+    assert with_stray == pytest.approx(steady, rel=0.1)
+    assert per_call_ms([2.0], [2.5], calls) == MIN_HOST_MS
+    with pytest.raises(ValueError):
+        per_call_ms([3.0, 3.0], [2.0], calls)

@@ -210,8 +210,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
                 if failed is not None:
                     return failed
         overhead_wall_ms = statistics.median(walls["overhead"])
-        candidate_host_ms = statistics.median(c - o for c, o in zip(walls["candidate"], walls["overhead"])) / calls
-        eager_host_ms = statistics.median(e - o for e, o in zip(walls["eager"], walls["overhead"])) / calls
+        candidate_host_ms, eager_host_ms = (per_call_ms(walls[name], walls["overhead"], calls) for name in ("candidate", "eager"))
     if laps is not None:
         laps.lap("timing")
     if rehearse:
@@ -224,7 +223,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
     launches = claimed_profile.get("launches")
     return judge_speed(Measurement(
         samples_ms=samples,
-        host_ms_per_call={"candidate": max(MIN_HOST_MS, candidate_host_ms), "eager": max(MIN_HOST_MS, eager_host_ms)},
+        host_ms_per_call={"candidate": candidate_host_ms, "eager": eager_host_ms},
         back_to_back_calls=calls * windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
         fresh_overhead_ms_per_call=overhead_wall_ms / calls if checks is not None else None,
         checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")) if checks is not None else None,
@@ -234,6 +233,12 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
+
+
+def per_call_ms(walls_ms: list[float], overheads_ms: list[float], calls: int) -> float:
+    """Per call, the median over windows of a window's wall time less its overhead run's, never below
+    MIN_HOST_MS (a window less its overhead is what its forwards took, read with this process's clock)."""
+    return max(MIN_HOST_MS, statistics.median(w - o for w, o in zip(walls_ms, overheads_ms, strict=True)) / calls)
 
 
 def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool) -> float:
