@@ -152,6 +152,10 @@ def test_a_window_of_more_calls_than_sets_refills_the_set_a_call_reuses():
     assert small.prepare(request) == 4
     for call in range(10):
         assert torch.equal(small.inputs(call)[0], request.values(call)[0])
+    one_set = Pool(sets_of([torch.randn(8, 16)]))  # no fresh values: every set is the first one's, as regen makes it
+    same = Window(one_set, 4, one_set.buffers())
+    same.prepare(one_set.request(5, 10))
+    assert all(torch.equal(same.inputs(call)[0], one_set.request(5, 10).values(call)[0]) for call in range(10))
     buffers = pool.buffers()
     too_big = Window(pool, 0, buffers)  # a set larger than the window's memory: the timing's own buffers
     assert too_big.fit == 0 and too_big.prepare(request) == 1

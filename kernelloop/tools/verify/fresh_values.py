@@ -247,6 +247,7 @@ class Window:
             pad = -(-numel * like.element_size() // WINDOW_ALIGN) * WINDOW_ALIGN // like.element_size()
             flat = torch.empty(self.fit * pad, dtype=like.dtype, device=like.device)
             self.stacks[i] = flat.as_strided((self.fit, numel), (pad, 1))
+            self.stacks[i].copy_(like.reshape(1, numel).expand(self.fit, numel))  # without fresh values: the first set's
             for k in range(self.fit):
                 self.sets[k][i] = flat[k * pad:k * pad + numel].view(like.shape)
 
