@@ -180,8 +180,9 @@ class TimingStats(Record):
     mean_ms: float
     samples: int
     host_ms_per_call: float | None = None  # host wall clock per call with a device-wide synchronize
-    # the candidate's: its per-call work besides the forward (fresh values in, its output kept, the
-    # digests), timed alone in the trusted job and already taken off host_ms_per_call
+    # the candidate's: its window's work besides the forward (the window's sets written, its outputs
+    # kept, the digests, the request's round trip), per call, timed alone in the trusted job and
+    # already taken off host_ms_per_call
     overhead_ms_per_call: float | None = None
 
 
@@ -212,8 +213,8 @@ class Measurement(Record):
     # the parent's clock around back-to-back calls in each child, ended by a device-wide synchronize
     host_ms_per_call: dict[str, float] = field(default_factory=dict)
     back_to_back_calls: int = 0
-    # the candidate's per-call work besides its forward (fresh values in, its output kept, the
-    # digests), timed the same way in the trusted job and taken off its back-to-back time
+    # the candidate's per-call work besides its forward (the window's sets written, its output kept,
+    # the digests), timed the same way in the trusted job and taken off its back-to-back time
     fresh_overhead_ms_per_call: float | None = None
     fresh_values: bool | None = None  # the trusted job: timed calls got values never seen (False: no float input)
     checked_rounds: list[int] = field(default_factory=list)  # rounds whose candidate output the parent checked
