@@ -156,6 +156,8 @@ def test_a_window_of_more_calls_than_sets_refills_the_set_a_call_reuses():
     same = Window(one_set, 4, one_set.buffers())
     same.prepare(one_set.request(5, 10))
     assert all(torch.equal(same.inputs(call)[0], one_set.request(5, 10).values(call)[0]) for call in range(10))
+    transposed = Pool(sets_of(*[[torch.randn(16, 8).mT] for _ in range(2)]))
+    assert Window(transposed, 4, transposed.buffers()).fit == 0  # its layout kept: refilled call by call
     buffers = pool.buffers()
     too_big = Window(pool, 0, buffers)  # a set larger than the window's memory: the timing's own buffers
     assert too_big.fit == 0 and too_big.prepare(request) == 1

@@ -236,6 +236,8 @@ class Window:
 
     def __init__(self, pool: Pool, most: int, fallback: list):
         self.pool, self.fit = pool, window_fit(pool, most)
+        if not all(pool.sets[0][i].is_contiguous() for i in pool.floats):
+            self.fit = 0  # a strided input keeps its layout: the timing's own buffers, refilled call by call
         self.request: FreshRequest | None = None
         self.count = 0
         self.stacks: dict[int, torch.Tensor] = {}  # input index -> (fit, numel) view, rows WINDOW_ALIGN apart
