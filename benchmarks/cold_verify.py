@@ -126,7 +126,7 @@ def one_run(args, candidate: Path, problem: Path, cache_dir: Path | None, runner
     if args.no_precompile:
         env["KERNELLOOP_PRECOMPILE"] = "0"
     python = [args.python]
-    if args.profile_jobs:  # cProfile in the parent and in every job's process (harness._profiled)
+    if args.profile_jobs:  # cProfile in the parent and in every job's process (child._profiled)
         where = args.profile_jobs.resolve() / f"{candidate.stem}-{'reused' if cache_dir else 'fresh'}-{run + 1}"
         where.mkdir(parents=True, exist_ok=True)
         env["KERNELLOOP_PROFILE_JOBS"] = str(where)

@@ -25,30 +25,10 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from kernelloop.evals.listed import DATA, PROBLEMS, RAW_DATA, Leaderboard, leaderboard_problem_file
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT_FILES = ("kernelloop/tools/verify/static_check.py", "kernelloop/tools/verify/bindings.py")
-RAW_DATA = "docs/assets/raw_data.json"
-DATA = "docs/assets/data.json"
-PROBLEMS = "docs/assets/problems"
-
-
-class Leaderboard:
-    """Files of the leaderboard repository, from a bare git dir (at HEAD) or a checkout."""
-
-    def __init__(self, source: Path):
-        self.source = source
-        self.bare = (source / "HEAD").is_file() and (source / "objects").is_dir()
-
-    def read(self, path: str) -> str:
-        if self.bare:
-            return subprocess.run(["git", "--git-dir", str(self.source), "show", f"HEAD:{path}"],
-                                  check=True, capture_output=True, text=True).stdout
-        return (self.source / path).read_text()
-
-    def commit(self) -> str:
-        git = ["git", "--git-dir", str(self.source)] if self.bare else ["git", "-C", str(self.source)]
-        found = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
-        return found.stdout.strip() if found.returncode == 0 else "unknown"
 
 
 def lint_commit() -> str:
@@ -80,7 +60,7 @@ def run(source: Path, label: str, out: Path, commit: str | None) -> Path:
     rows = []
     for solution in sorted(solutions, key=lambda s: (s["level"], s["problem_id"], s["display_name"], s["file"])):
         level, number = solution["level"], solution["problem_id"] + 1
-        name = f"l{level}_p{number}.py"
+        name = leaderboard_problem_file(level, number)
         problem_file = problems / name
         problem_file.write_text(board.read(f"{PROBLEMS}/{name}"))
         problem = Problem.from_file(problem_file)

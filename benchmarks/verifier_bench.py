@@ -94,8 +94,9 @@ def main() -> None:
                                   if k.startswith(("setup", "prepare"))
                                   or k in ("save_s", "gate_s", "compare_s", "exit_s", "first_forward_s")},
                    # where timing's wall time goes (last verification): baseline compiles, rounds, profile
-                   "timing_phases_s": {k: round(v, 3) for k, v in (last.profile or {}).get("phase_s", {}).items()},
-                   "compile_s": (last.profile or {}).get("compile_s", {}),
+                   # (the verdict's phase laps; Verdict.profile, a Profile record, holds neither these nor compile times)
+                   "timing_phases_s": {name: round(last.cost_s[f"phase_{name}_s"], 3) for name in ("baselines", "timing", "profile")
+                                       if f"phase_{name}_s" in last.cost_s},
                    # per verification, to tell a noisy machine from a noisy kernel: medians, SM clocks
                    # before and after timing, throttle reasons
                    "median_ms": [{k: round(t.median_ms, 4) for k, t in v.timings.items()} for v in verdicts],

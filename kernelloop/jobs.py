@@ -31,7 +31,7 @@ from kernelloop.graph.context import RunEvent
 from kernelloop.graph.report import RunSummary
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.requests import RequestError, SolveRequest, VerifyRequest
-from kernelloop.results import Code, Status, Verdict
+from kernelloop.results import Code, Profile, Status, Verdict
 from kernelloop.runs import RunCancelled
 from kernelloop.safe_text import one_line
 from kernelloop.starts import StartRecord
@@ -72,7 +72,7 @@ class JobStatus(BaseModel):
     verdict: Verdict | None = Field(default=None, description="verify and profile: the verifier's verdict")
     problem_error: str | None = Field(default=None, description="verify and profile: the problem itself failed (its "
                                       "reference could not be made), not the candidate; the verdict says so too")
-    profile: dict[str, Any] | None = Field(default=None, description="profile: the verdict's profiler summary")
+    profile: Profile | None = Field(default=None, description="profile: the verdict's profiler summary")
 
     @property
     def finished(self) -> bool:

@@ -373,7 +373,7 @@ class Profile(Record):
     """What the critic reads about a correct candidate's device time: built by the parent from the
     Measurement (tools/profile/profiler.py: profile_of) and, where it ran, Nsight Compute. The
     kernel table, launches and shares are the candidate's claims; the roofline, the parent's clock
-    and NVML are not. Verdict.profile holds its model_dump()."""
+    and NVML are not. Verdict.profile holds it (its model_dump() in a stored verdict)."""
 
     kernels: list[KernelShare] = field(default_factory=list)
     own_share: float = 0.0
@@ -429,7 +429,7 @@ class Verdict(Record):
     stdout_tail: str = ""
     stderr_tail: str = ""
     gpu: GpuState | None = None
-    profile: dict[str, Any] | None = None  # a Profile's model_dump() (Profile.of reads it back)
+    profile: Profile | None = None  # the critic's view of a correct candidate's device time (GPU)
     localisation: Localisation | None = None  # where an incorrect output is wrong
     cost_s: dict[str, float] = field(default_factory=dict)  # where the verifier's wall time went
     isolation: str = ""  # the sandbox that judged: "bubblewrap" or "plain" (as far as a plain process allows)
@@ -447,6 +447,8 @@ class Verdict(Record):
     def __post_init__(self) -> None:
         self.status = Status(self.status)
         self.code = code_of(self.code)
+        if isinstance(self.profile, dict):  # read back from a record: None for one in the format before Profile
+            self.profile = Profile.of(self.profile)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Its text is the candidate's as often as not (an exception's message, what it printed):
@@ -456,6 +458,20 @@ class Verdict(Record):
     @property
     def ok(self) -> bool:
         return self.status is Status.correct
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """In the agents' pydantic models: a stored profile in the format before Profile reads as None,
+        as it does through model_validate (only pydantic calls this, so only it imports pydantic_core)."""
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(_readable_profile, handler(source))
+
+
+def _readable_profile(data: Any) -> Any:
+    if isinstance(data, dict) and isinstance(data.get("profile"), dict) and Profile.of(data["profile"]) is None:
+        return {**data, "profile": None}
+    return data
 
 
 def _kept_text(name: str, value: Any) -> Any:

@@ -26,6 +26,9 @@ _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)
 # C0 controls but tab and newline, DEL, C1 controls (NEL among them), the Unicode line and
 # paragraph separators, bidirectional overrides (text that reads as other than it is), and BOM.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
+# Lone UTF-16 surrogates: a Python str may hold them (a "\\ud800" escape in JSON, chr(0xd800)), but
+# no UTF-8 writer takes them, so one in a reason would stop a JSON record, a terminal or a whole run.
+_SURROGATES = re.compile("[\ud800-\udfff]")
 _BREAKS = re.compile(r"[\n\t]+")
 # What would change the structure of a Markdown line: its escape, code spans, links and images
 # ([ ]), raw HTML and autolinks (< >), entities (&), and table cells (|). Emphasis (* _) only
@@ -44,8 +47,15 @@ def _cut(text: str, limit: int, keep: str, total: int = 0) -> str:
     return (text[:room] + note.rstrip()) if keep == "head" else (note.lstrip() + text[len(text) - room:])
 
 
+def utf8(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD, so any UTF-8 writer takes it: candidate
+    text, and file names, which Python decodes with surrogates standing for bytes that aren't UTF-8."""
+    return _SURROGATES.sub("\ufffd", text)
+
+
 def printable(text: str) -> str:
     """`text` without terminal escapes and control characters, whole (a recorded model turn)."""
+    text = utf8(text)
     return _CONTROL.sub("", _ESCAPES.sub("", text).replace("\r\n", "\n").replace("\r", "\n"))
 
 

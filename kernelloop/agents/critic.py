@@ -20,7 +20,7 @@ from kernelloop.agents.planner import ReferenceFacts
 from kernelloop.agents.prompts import render
 from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask, turn_key
 from kernelloop.errors import error_line
-from kernelloop.results import Code, Profile, Status, Verdict
+from kernelloop.results import Code, Status, Verdict
 
 _REJECTED_FIX = {
     Code.forbidden_import: "import only torch, triton, math, numpy, typing and functools",
@@ -104,7 +104,7 @@ def _failure_fixes(attempt: Attempt) -> list[str]:
         rule = _REJECTED_FIX.get(code)
         fixes.append(f"rejected ({verdict.reason}): {rule or 'follow the rules in the prompt'}")
         if verdict.profile:  # a rejection by the speed rules: what the profile saw
-            fixes += profile_lines(Profile.of(verdict.profile), verdict)
+            fixes += profile_lines(verdict.profile, verdict)
     elif verdict.status is Status.timeout:
         fixes.append("it timed out: check loop bounds, the grid size and the number of autotune configs")
     return fixes
@@ -140,7 +140,7 @@ def _speed_fixes(attempt: Attempt, verdict: Verdict, facts: ReferenceFacts | Non
     speedup = attempt.speedup_vs(baseline)
     if speedup is None:
         return ["correct; speed was not measured here (no GPU timing)", *profile_lines(None, verdict)], None
-    profile = Profile.of(verdict.profile)
+    profile = verdict.profile
     bound = profile.roofline.bound if profile is not None and profile.roofline is not None else \
         (facts.bound if facts else None)
     if target and speedup < target:

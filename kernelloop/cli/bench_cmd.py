@@ -1,9 +1,12 @@
 """`kernelloop bench SUITE`: run a suite and write results.jsonl, summary.json, report.md and plots.
 
 Three ways to run: the agent loop on every problem (default, needs a model endpoint),
-`--candidates DIR` (score kernels written elsewhere), `--baselines-only` (time eager,
-torch.compile and the problems' own baselines; needs a GPU, no model). Exit 0 when the run
-completes (whatever the kernels' verdicts), 2 for bad usage.
+`--candidates DIR` or `--list FILE --problems-dir DIR` (judge kernels written elsewhere: a
+directory of KernelBench samples, or a list pairing problems with code, such as the KernelBench
+leaderboard's raw_data.json; SUITE then only names the run), `--baselines-only` (time eager,
+torch.compile and the problems' own baselines; needs a GPU, no model). `--no-timing` judges
+correctness alone, and only then may `--workers-per-gpu N` share a GPU among workers.
+Exit 0 when the run completes or stops at `--stop-after` (whatever the kernels' verdicts), 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from kernelloop.cli._common import (
 if TYPE_CHECKING:  # torch and the suites load only once the flags are good, never for --help
     from kernelloop.config import EndpointConfig
     from kernelloop.evals.records import BenchSummary
-    from kernelloop.evals.suite import SolveFn
+    from kernelloop.evals.suite import Listed, SolveFn, Suite
     from kernelloop.graph.usage import Prices, Usage
     from kernelloop.problem import Problem
     from kernelloop.results import Verdict
@@ -45,11 +48,12 @@ if TYPE_CHECKING:  # torch and the suites load only once the flags are good, nev
 console = Console()
 
 
-def _open_pool(device: str, ray: str | None, workspace: Path | None) -> VerifierPool:
-    """The verifier workers of this bench: one per local GPU (or the CPU), or Ray actors with --ray."""
+def _open_pool(device: str, ray: str | None, workspace: Path | None, timing: bool = True,
+               workers_per_gpu: int = 1) -> VerifierPool:
+    """The verifier workers of this bench: workers_per_gpu per local GPU (or the CPU), or Ray actors with --ray."""
     from kernelloop.tools.verify.pool import make_pool
 
-    return make_pool(device, ray, workspace=workspace)
+    return make_pool(device, ray, workspace=workspace, workers_per_device=workers_per_gpu, time_it=timing)
 
 
 class _PoolLease:
@@ -137,6 +141,29 @@ def _print_summary(summary: BenchSummary) -> None:
     console.print(plain(tokens_line(summary), 4000), highlight=False)
 
 
+def _listed_suite(name: str, path: Path, problems_dir: Path, level: int | None, subset: str | None,
+                  out_dir: Path) -> tuple[Suite, Listed]:
+    """The suite of a list file: its solutions (of --level and --problems), their problems, their code
+    written under OUT/listed/ so each is judged and resumed like a candidate file."""
+    from kernelloop.evals.listed import listed_problems, read_list, write_candidates
+    from kernelloop.evals.suite import Listed, Suite
+    from kernelloop.problem import ProblemError
+
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise ProblemError(f"with --list, SUITE names the run: letters, digits, - and _ only, got {name!r}")
+    solutions = read_list(path, level, subset)
+    if not solutions:
+        raise ProblemError(f"{path}: no solutions" + (" of the chosen level and problems" if level or subset else ""))
+    skipped: list[str] = []
+    found = listed_problems(solutions, problems_dir, skipped)
+    kept = [s for s in solutions if (s.level, s.number) in found]
+    if not kept:
+        raise ProblemError(f"{problems_dir}: no problem file for any listed solution ({skipped[0]})")
+    files = write_candidates(kept, out_dir / "listed")
+    problems = sorted(found.values(), key=lambda p: (p.level or 0, p.number or 0))
+    return Suite(name, "list", problems, subset, skipped), Listed(kept, found, files)
+
+
 @app.command(epilog=SETTINGS_NOTE)
 def bench(
     suite: str = typer.Argument(..., help="attention, kernelbench (with --root and --level), or a directory of problems"),
@@ -145,7 +172,16 @@ def bench(
     problems: str | None = typer.Option(None, "--problems", help="subset by problem number, e.g. 1-10,23"),
     candidates: Path | None = typer.Option(None, "--candidates",
                                            help="score the kernels in DIR (NAME.py or level_L_problem_N_sample_S_kernel.py)"),
+    listed: Path | None = typer.Option(None, "--list", help="judge the solutions in FILE (JSON list or JSONL: the "
+                                       "KernelBench leaderboard's raw_data.json, or id/level/problem/code entries)"),
+    problems_dir: Path | None = typer.Option(None, "--problems-dir", help="the problems of --list: l{L}_p{N}.py files "
+                                             "or a KernelBench checkout's level{L}/{N}_Name.py"),
     baselines_only: bool = typer.Option(False, "--baselines-only", help="time eager, compile and problem baselines only"),
+    timing: bool = typer.Option(True, "--timing/--no-timing", help="--no-timing: correctness only, no speed measured"),
+    workers_per_gpu: int = typer.Option(1, "--workers-per-gpu", min=1, help="verifier workers sharing each GPU "
+                                        "(more than 1 needs --no-timing: a timed candidate has its GPU alone)"),
+    stop_after: str | None = typer.Option(None, "--stop-after", help="start no candidate after this long (e.g. 8m); "
+                                          "what ran is written and a rerun goes on", show_default=False),
     out: Path | None = typer.Option(None, "--out", help="output dir (default WORKSPACE/bench/SUITE-MODE); reruns resume"),
     budget: str | None = typer.Option(None, help="agent loop time per problem; " + BUDGET_HELP, show_default=False),
     device: str | None = typer.Option(None, help=DEVICE_HELP, show_default=False),
@@ -163,6 +199,22 @@ def bench(
     """Run a suite with a budget per problem, in parallel over GPUs; resumable."""
     if candidates is not None and baselines_only:
         fail_usage("--candidates and --baselines-only exclude each other")
+    if listed is not None and (candidates is not None or baselines_only):
+        fail_usage("--list excludes --candidates and --baselines-only")
+    if (listed is None) != (problems_dir is None):
+        fail_usage("--list and --problems-dir go together")
+    if baselines_only and not timing:
+        fail_usage("--baselines-only times baselines: it can't be --no-timing")
+    if workers_per_gpu > 1 and timing:
+        fail_usage(f"--workers-per-gpu {workers_per_gpu} needs --no-timing: a timed candidate has its GPU alone")
+    if workers_per_gpu > 1 and ray is not None:
+        fail_usage("--workers-per-gpu is for local GPUs; --ray has one actor per GPU")
+    from kernelloop.units import parse_duration_s
+
+    try:
+        stop_after_s = parse_duration_s(stop_after) if stop_after is not None else None
+    except ValueError as exc:
+        fail_usage(f"--stop-after: {exc}")
     device_flag(device)
     from kernelloop.graph.usage import Prices
 
@@ -185,15 +237,21 @@ def bench(
     )
     from kernelloop.problem import ProblemError
 
-    mode = Mode.candidates if candidates is not None else Mode.baselines if baselines_only else Mode.agent
+    mode = Mode.candidates if candidates is not None or listed is not None else Mode.baselines if baselines_only else Mode.agent
     budget_s, device = chosen_settings.budget, chosen_settings.device
     space = chosen_settings.home.expanduser().resolve()
+    chosen_list: Listed | None = None
     try:
-        chosen = resolve_suite(suite, root=root, level=level, subset=problems)
+        if listed is not None and problems_dir is not None:
+            chosen, chosen_list = _listed_suite(suite, listed, problems_dir, level, problems,
+                                                out or space / "bench" / f"{suite}-{mode.value}")
+        else:
+            chosen = resolve_suite(suite, root=root, level=level, subset=problems)
         if ray is None:
             resolve_devices(device)  # a bad --device is a usage error before any worker starts
         endpoint = EndpointConfig.resolve(base_url, model, api_key) if mode is Mode.agent else None
-        pool = _open_pool(device, ray, space)  # PoolError: no GPU, no Ray, no cluster (in seconds)
+        # PoolError: no GPU, no Ray, no cluster, a GPU shared for timing (in seconds)
+        pool = _open_pool(device, ray, space, timing, workers_per_gpu)
     except ValueError as exc:  # ProblemError, ConfigError, PoolError: one line
         fail_usage(str(exc).splitlines()[0])
     for line in chosen.skipped:  # a pipe, a symlink, a device among the problems: that one is left out
@@ -215,7 +273,8 @@ def bench(
         out_dir = out or space / "bench" / f"{chosen.name}-{mode.value}"
         try:
             result = run_bench(chosen, mode, work, pool.slots, out_dir, candidates_dir=candidates,
-                               budget_s=budget_s if mode is Mode.agent else None, show_progress=progress)
+                               budget_s=budget_s if mode is Mode.agent else None, show_progress=progress,
+                               listed=chosen_list, stop_after_s=stop_after_s)
         except ProblemError as exc:
             fail_usage(str(exc))
         except BenchStopped as exc:  # the sandbox or the verifier failed: one line, exit 1, a rerun resumes
@@ -231,7 +290,9 @@ def bench(
         pool.close()
     _print_summary(result.summary)
     if result.skipped:
-        console.print(plain(f"resumed: {result.skipped} problem(s) already in {result.results_path}", 4000))
+        console.print(plain(f"resumed: {result.skipped} job(s) already in {result.results_path}", 4000))
+    if result.left:
+        console.print(plain(f"stopped at --stop-after: {result.left} job(s) left; rerun the same command to go on", 4000))
     console.print(plain(f"report: {result.files.report_md} (and {result.files.report_html.name} beside it)", 4000),
                   highlight=False)
     if json_out:

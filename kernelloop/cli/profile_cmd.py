@@ -26,12 +26,8 @@ from kernelloop.results import Profile
 console = Console()
 
 
-def print_profile(profile: dict) -> None:
+def print_profile(record: Profile) -> None:
     """A verdict's profile (results.Profile, the record the critic reads)."""
-    record = Profile.of(profile)
-    if record is None:
-        console.print("[yellow]profile in an older format: not shown[/yellow]")
-        return
     table = Table("kernel", "kind", "calls", "mean ms", "%", box=None, padding=(0, 2))
     for row in record.kernels:
         table.add_row(plain(row.name, 70), plain(row.kind), str(row.calls), f"{row.mean_ms:.4f}", f"{100 * row.share:.1f}")

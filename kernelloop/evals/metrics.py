@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kernelloop.evals.claims import compare_claims
 from kernelloop.evals.records import (
     COMPILE,
     EAGER,
@@ -188,6 +189,7 @@ def summarize(suite: str, mode: Mode, problem_names: Sequence[str], records: Seq
             environments.append(record.environment)
     verified = mode is not Mode.baselines
     solved = sum(r.solved for r in rows)
+    claims = compare_claims([r for r in records if r.problem in chosen])
     tokens = add_usage(r.tokens for r in rows)
     per_solved, tokens_note = tokens_per_solved(mode, tokens, solved)
     return BenchSummary(
@@ -199,5 +201,5 @@ def summarize(suite: str, mode: Mode, problem_names: Sequence[str], records: Seq
         fast_p_compile=by_baseline[COMPILE].fast_p if verified else {},
         geomean_speedup_compile=by_baseline[COMPILE].geomean_speedup,
         by_baseline=by_baseline if verified else {}, per_problem=rows, tokens=tokens, tokens_per_solved=per_solved,
-        tokens_note=tokens_note, environments=environments,
+        tokens_note=tokens_note, environments=environments, claims=claims,
         notes=[*notes, *host_bound_baseline_notes([r for r in records if r.problem in chosen])])

@@ -14,12 +14,18 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Problem, ProblemError
 from kernelloop.results import Code, Status, TimingStats, Verdict
+from kernelloop.safe_text import utf8
+
+# Text from candidates and from the names of files in someone else's dir: a lone surrogate in it
+# would make the record unwritable as JSON (and end a bench run), so it is replaced on the way in.
+Text = Annotated[str, AfterValidator(utf8)]
 
 EAGER = "eager"
 COMPILE = "compile"
@@ -31,6 +37,41 @@ class Mode(str, Enum):
     agent = "agent"  # the agent loop wrote the candidates, within a budget per problem
     candidates = "candidates"  # candidates written elsewhere, scored here
     baselines = "baselines"  # no candidate: eager, torch.compile and problem baselines timed alone
+
+
+class Claim(BaseModel):
+    """What the input said of a solution it listed (a leaderboard's own verdict and speedups), kept to compare."""
+
+    id: str = Field(description="the solution's id in the input (the leaderboard's `file`)")
+    model: str | None = Field(default=None, description="who wrote it, as the input names them")
+    status: Status | None = Field(default=None, description="the input's verdict; None: it said none")
+    speedups: dict[str, float] = Field(default_factory=dict, description="'eager', 'compile': as the input measured them")
+
+
+class Disagreement(BaseModel):
+    """One solution where our verdict or speedup and the input's differ."""
+
+    id: str
+    model: str | None = None
+    problem: str
+    level: int | None = None
+    number: int | None = None
+    kind: str = Field(description="'verdict' (correct on one side only) or 'speedup' (one says faster than eager, "
+                      "the other slower)")
+    claimed_status: Status | None = None
+    status: Status | None = None
+    code: Code = Code.unknown
+    reason: str = ""
+    claimed_speedup: float | None = None
+    speedup: float | None = None
+
+
+class ClaimCheck(BaseModel):
+    """Our verdicts against the input's, over the solutions that carried one."""
+
+    compared: int = Field(description="solutions judged here that carried a verdict or a speedup")
+    agreed: int
+    disagreements: list[Disagreement] = Field(default_factory=list)
 
 
 class Attempt(BaseModel):
@@ -46,6 +87,7 @@ class Attempt(BaseModel):
                                       "baselines could not be run), not the candidate: why, one line")
     tokens: Usage | None = Field(default=None, description="the model's tokens for the whole problem (its agent run), "
                                  "on the problem's first attempt only; None where no model was called")
+    claim: Claim | None = Field(default=None, description="what the input list said of this solution")
 
 
 class RunEnvironment(BaseModel):
@@ -64,31 +106,32 @@ class BenchRecord(BaseModel):
 
     suite: str
     mode: Mode
-    job_key: str = Field(description="identifies the work done (mode, problem, candidates, budget): resume skips known keys")
-    problem: str = Field(description="problem name (file stem)")
-    problem_path: str
+    job_key: Text = Field(description="identifies the work done (mode, problem, candidates, budget): resume skips known keys")
+    problem: Text = Field(description="problem name (file stem)")
+    problem_path: Text
     problem_sha256: str
     level: int | None = None
     number: int | None = None
     attempt: int = Field(description="0-based index of the attempt within this problem")
     attempts_in_job: int = Field(default=1, description="records written for this job: fewer found means a torn write")
     status: Status | None = Field(default=None, description="None when nothing was verified")
-    reason: str = ""
+    reason: Text = ""
     code: Code = Field(default=Code.unknown, description="the verdict's reason code (unknown: no verdict, or an older file)")
-    problem_error: str | None = Field(default=None, description="set when the problem itself failed (its reference or "
+    problem_error: Text | None = Field(default=None, description="set when the problem itself failed (its reference or "
                                       "baselines), not the candidate: no status, counts as unsolved, and a rerun into "
                                       "the same directory tries that problem again")
     speedups: dict[str, float] = Field(default_factory=dict, description="over each baseline timed: 'eager', 'compile', ...")
     timings: dict[str, TimingStats] = Field(default_factory=dict)
     max_abs_err: float | None = None
     rel_err: float | None = None
-    suspicious: list[str] = Field(default_factory=list, description="the verifier's signs the result is too good")
+    suspicious: list[Text] = Field(default_factory=list, description="the verifier's signs the result is too good")
     elapsed_s: float = Field(description="seconds from the start of the problem to this attempt's result")
-    candidate: str | None = Field(default=None, description="path of the candidate file")
+    candidate: Text | None = Field(default=None, description="path of the candidate file")
     candidate_sha256: str | None = None
     tokens: Usage | None = Field(default=None, description="the model's tokens for the whole job (every call of its "
                                  "agent run, as the server reported them), on the job's first record only, so a sum "
                                  "over records counts each call once; None where no model was called")
+    claim: Claim | None = Field(default=None, description="a listed solution: its id and what the input said of it")
     environment: RunEnvironment
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
@@ -144,7 +187,8 @@ class BenchSummary(BaseModel):
     tokens_note: str = Field(default="", description="why a token figure is missing: 'no model calls' (candidates or "
                              "baselines), 'not recorded' (agent results from before tokens were), 'no problem solved'")
     environments: list[RunEnvironment] = Field(default_factory=list, description="every distinct place measured")
-    notes: list[str] = Field(default_factory=list)
+    claims: ClaimCheck | None = Field(default=None, description="our verdicts against the input's; None: it carried none")
+    notes: list[Text] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -171,7 +215,7 @@ def records_from_attempts(suite: str, mode: Mode, problem: Problem, job_key: str
             suspicious=list(verdict.suspicious) if verdict else [],
             max_abs_err=verdict.max_abs_err if verdict else None, rel_err=verdict.rel_err if verdict else None,
             elapsed_s=attempt.elapsed_s, candidate=str(attempt.candidate_path) if attempt.candidate_path else None,
-            candidate_sha256=attempt.candidate_sha256, tokens=attempt.tokens, environment=env))
+            candidate_sha256=attempt.candidate_sha256, tokens=attempt.tokens, claim=attempt.claim, environment=env))
     return records
 
 

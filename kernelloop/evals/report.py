@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kernelloop.evals import plots
 from kernelloop.evals.attention import FLEX_BASELINE, speedups_over_flex
+from kernelloop.evals.claims import claims_markdown
 from kernelloop.evals.html import markdown_to_html
 from kernelloop.evals.records import COMPILE, EAGER, BenchSummary, Mode
 from kernelloop.safe_text import md_cell, md_note
@@ -100,6 +101,8 @@ def render_markdown(summary: BenchSummary, plot_paths: dict[str, Path], skipped:
     else:
         lines += _metric_tables(summary)
     lines += _token_table(summary)
+    if summary.claims is not None:
+        lines += claims_markdown(summary.claims)
     flagged = [(p.problem, line) for p in summary.per_problem for line in p.suspicious]
     if flagged:  # speedups the verifier found too good to be true stay in the metrics, marked here
         lines += ["## Suspicious results (check by hand)", "",
@@ -174,7 +177,9 @@ def write_report(out_dir: Path, summary: BenchSummary, attention: bool = False) 
     """summary.json, report.md, report.html (plots embedded) and plots/*.png under out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / SUMMARY_JSON
-    summary_path.write_text(summary.model_dump_json(indent=2) + "\n")
+    # No claims key where the input carried none: summary.json stays as it was for every other run.
+    summary_path.write_text(summary.model_dump_json(indent=2, exclude={"claims"} if summary.claims is None else None)
+                            + "\n")
     plot_paths, skipped = draw_plots(summary, out_dir / PLOTS_DIR, attention)
     report_path = out_dir / REPORT_MD
     markdown = render_markdown(summary, plot_paths, skipped, out_dir)

@@ -3,13 +3,15 @@
 The work on one problem is injected, so one loop serves all three ways to run a bench:
 scoring candidates (`scoring_work`: a Verifier per device), timing baselines alone
 (`baselines_work`), and the agent loop (`agent_work`: a SolveFn per problem). A WorkFactory
-opens the work for one device; the loop runs one worker thread per device (one per GPU, or
-one on the CPU), each pulling problems from a shared queue. Threads suffice: the work waits on
-sandboxed child processes and on the model endpoint, not on Python.
+opens the work for one device; the loop runs one worker thread per device slot (one per GPU,
+or several sharing a GPU for correctness alone, or one on the CPU), each pulling jobs from a
+shared queue. Threads suffice: the work waits on sandboxed child processes and on the model
+endpoint, not on Python. A job is one problem with its candidates, or one solution of a list
+file (`plan_listed`: levels interleaved, so a run stopped at its time cap has some of each).
 
-Results are appended to results.jsonl one problem at a time (all its attempts together), and
-each record carries a job key; a rerun into the same directory skips the problems whose key
-is already there, so an interrupted run resumes where it stopped. A problem that failed itself
+Results are appended to results.jsonl one job at a time (all its attempts together), and
+each record carries a job key; a rerun into the same directory skips the jobs whose key
+is already there, so an interrupted or capped run resumes where it stopped. A problem that failed itself
 (its reference or baselines could not be run: a ProblemError) is recorded as such, without a
 verdict, and tried again by the next run; it never ends the run.
 """
@@ -17,6 +19,7 @@ verdict, and tried again by the next run; it never ends the run.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import queue
 import socket
@@ -32,16 +35,19 @@ from typing import Protocol
 import torch
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import kernelloop
 from kernelloop.evals import metrics
 from kernelloop.evals.attention import attention_problems
-from kernelloop.evals.kernelbench import kernelbench_problems, parse_candidate_name
+from kernelloop.evals.kernelbench import kernelbench_problems, parse_candidate_name, read_eval_results
+from kernelloop.evals.listed import ListedSolution
+from kernelloop.evals.pace import LOG_EVERY_S, pace
 from kernelloop.evals.records import (
     Attempt,
     BenchRecord,
     BenchSummary,
+    Claim,
     Mode,
     RunEnvironment,
     append_records,
@@ -100,11 +106,13 @@ class CandidateMatch:
 
     by_problem: dict[str, list[Path]]
     unmatched: list[Path] = field(default_factory=list)
+    claims: dict[Path, Claim] = field(default_factory=dict)  # from the directory's eval_results.json, if any
 
 
 def match_candidates(problems: Sequence[Problem], directory: Path) -> CandidateMatch:
     """Pair each problem with its candidates in `directory`: `NAME.py` like the problem file, or
-    KernelBench's `level_L_problem_N_sample_S_kernel.py` (level checked when the problem has one)."""
+    KernelBench's `level_L_problem_N_sample_S_kernel.py` (level checked when the problem has one);
+    with KernelBench's eval_results.json beside them, each sample's verdict there is its claim."""
     if not directory.is_dir():
         raise ProblemError(f"{directory}: no such candidates directory")
     by_name = {p.name: p for p in problems}
@@ -122,7 +130,11 @@ def match_candidates(problems: Sequence[Problem], directory: Path) -> CandidateM
             unmatched.append(path)
         else:
             ranked[target.name].append((rank, path))
-    return CandidateMatch({name: [path for _, path in sorted(found)] for name, found in ranked.items()}, unmatched)
+    said = read_eval_results(directory)
+    claims = {path: said[(kb.problem, kb.sample)].model_copy(update={"id": path.name}) for path in directory.glob("*.py")
+              if (kb := parse_candidate_name(path.name)) is not None and (kb.problem, kb.sample) in said}
+    return CandidateMatch({name: [path for _, path in sorted(found)] for name, found in ranked.items()}, unmatched,
+                          claims)
 
 
 # --------------------------------------------------------------------------- the work on one problem
@@ -133,6 +145,7 @@ class Job:
     problem: Problem
     key: str
     candidates: tuple[Path, ...] = ()
+    claims: tuple[Claim | None, ...] = ()  # what the input said of each candidate (a list's entry, eval_results.json)
 
 
 ProblemWork = Callable[[Job], list[Attempt]]
@@ -210,6 +223,8 @@ def _score(verifier: VerifierLike, job: Job) -> list[Attempt]:
             break
         attempts.append(Attempt(verdict=verdict, elapsed_s=time.perf_counter() - started,
                                 candidate_path=path, candidate_sha256=candidate.sha256))
+    for attempt, claim in zip(attempts, job.claims):  # one attempt per candidate tried, in order
+        attempt.claim = claim
     return attempts
 
 
@@ -297,11 +312,14 @@ def capture_environment(device: str) -> RunEnvironment:
 # --------------------------------------------------------------------------- resume
 
 
-def job_key(mode: Mode, problem: Problem, candidates: Sequence[Path] = (), budget_s: float | None = None) -> str:
-    """Same mode, problem source, candidate sources and budget -> same key: the work is done."""
+def job_key(mode: Mode, problem: Problem, candidates: Sequence[Path] = (), budget_s: float | None = None,
+            solution: str | None = None) -> str:
+    """Same mode, problem source, candidate sources and budget (and listed solution id) -> same key: the work is done."""
     # An unreadable candidate (a pipe, a link) counts by its name: reading it would block or follow it.
     parts = [mode.value, problem.sha256, [_file_sha256(p, "candidate") or f"unreadable {p.name}" for p in candidates],
              budget_s if mode is Mode.agent else None]
+    if solution is not None:  # two listed solutions with the same code are two jobs, each with its own claim
+        parts.append(solution)
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
 
 
@@ -345,37 +363,65 @@ def _worker(device: str, open_work: WorkFactory, suite: str, mode: Mode, jobs: q
         finished.put(None)
 
 
-def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str], results_path: Path,
-             suite: str, mode: Mode, show_progress: bool = True, already_done: int = 0) -> list[BenchRecord]:
-    """Run the jobs over one worker per device; append each problem's records as it finishes.
+def job_units(job: Job) -> int:
+    """What a job counts for in the progress: its candidates (a job with none still takes a turn)."""
+    return max(1, len(job.candidates))
 
-    An error other than a ProblemError stops the run and is raised here; what finished before
-    it is already in results.jsonl, so a rerun resumes after it.
+
+@dataclass
+class JobsRun:
+    records: list[BenchRecord]  # appended to results.jsonl as each job finished
+    left: int = 0  # jobs not started because the time cap (stop_after_s) came first
+
+
+def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str], results_path: Path,
+             suite: str, mode: Mode, show_progress: bool = True, already_done: int = 0,
+             stop_after_s: float | None = None) -> JobsRun:
+    """Run the jobs over one worker per device slot; append each problem's records as it finishes.
+
+    already_done: candidates found done at the start (the progress counts candidates). After
+    stop_after_s seconds no job starts; those running finish and are written, the rest are left
+    for a rerun. An error other than a ProblemError stops the run and is raised here; what
+    finished before it is already in results.jsonl, so a rerun resumes after it.
     """
     if not jobs:
-        return []
+        return JobsRun([])
     pending: queue.Queue = queue.Queue()
     for job in jobs:
         pending.put(job)
     finished: queue.Queue = queue.Queue()
     stop = threading.Event()
-    workers = [threading.Thread(target=_worker, name=f"bench-{device}", daemon=True,
+    workers = [threading.Thread(target=_worker, name=f"bench-{device}-{index}", daemon=True,
                                 args=(device, open_work, suite, mode, pending, finished, stop))
-               for device in devices[: len(jobs)]]
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta"), TimeRemainingColumn()]
+               for index, device in enumerate(devices[: len(jobs)])]
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+               TimeElapsedColumn(), TextColumn("{task.fields[eta]}")]
+    total = already_done + sum(job_units(job) for job in jobs)
+    stderr = Console(stderr=True)
+    log_lines = show_progress and not stderr.is_terminal  # a log file: a plain pace line now and then
     new_records: list[BenchRecord] = []
-    with Progress(*columns, console=Console(stderr=True), disable=not show_progress) as progress:
-        task = progress.add_task(escape(f"{suite} ({mode.value})"), total=already_done + len(jobs), completed=already_done)
+    started = time.monotonic()
+    deadline = None if stop_after_s is None else started + stop_after_s
+    with Progress(*columns, console=stderr, disable=not show_progress or log_lines) as progress:
+        task = progress.add_task(escape(f"{suite} ({mode.value})"), total=total, completed=already_done,
+                                 rate="-/min", eta="eta -")
         for worker in workers:
             worker.start()
+        last_line = started
+        alive, done, units = len(workers), 0, 0
         try:
-            alive, done = len(workers), 0
             while done < len(jobs):
-                item: _Finished | None = finished.get()
+                if deadline is not None and not stop.is_set() and time.monotonic() >= deadline:
+                    stop.set()  # no job starts now; the running ones finish and are written
+                try:
+                    item: _Finished | None = finished.get(timeout=1.0)
+                except queue.Empty:
+                    continue
                 if item is None:
                     alive -= 1
                     if alive == 0:
+                        if stop.is_set():
+                            break
                         raise BenchStopped(f"bench workers stopped with {len(jobs) - done} problem(s) left")
                     continue
                 if item.error is not None:
@@ -384,13 +430,24 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                 append_records(results_path, item.records)
                 new_records.extend(item.records)
                 done += 1
+                units += job_units(item.job) if item.job else 1
+                now = time.monotonic()
+                state = pace(units, already_done, total, now - started)
                 last = item.records[-1]
                 outcome = last.status.value if last.status else one_line(last.reason, 40)
                 # The bar's text is read as markup: a name or a reason from elsewhere goes in escaped.
-                progress.update(task, advance=1, description=escape(one_line(f"{suite}: {last.problem} {outcome}", 200)))
+                progress.update(task, completed=state.done, rate=state.rate_text, eta=state.eta_text,
+                                description=escape(one_line(f"{suite}: {last.problem} {outcome}", 200)))
+                if log_lines and now - last_line >= LOG_EVERY_S:
+                    stderr.print(escape(f"{suite}: {state.line()}"), highlight=False)
+                    last_line = now
+            if log_lines:  # the last word, also when the time cap ended the run
+                state = pace(units, already_done, total, time.monotonic() - started)
+                stderr.print(escape(f"{suite}: {state.line()}" + (", stopped at the time cap" if done < len(jobs) else "")),
+                             highlight=False)
         finally:
             stop.set()
-    return new_records
+    return JobsRun(new_records, left=len(jobs) - done)
 
 
 # --------------------------------------------------------------------------- one bench, end to end
@@ -401,25 +458,54 @@ class BenchResult:
     summary: BenchSummary
     files: ReportFiles
     results_path: Path
-    ran: int  # problems run now
-    skipped: int  # problems found finished in results.jsonl
+    ran: int  # jobs run now (problems; listed solutions one each)
+    skipped: int  # jobs found finished in results.jsonl
+    left: int = 0  # jobs not started: the time cap came first; a rerun goes on with them
 
 
 def plan_jobs(problems: Sequence[Problem], mode: Mode, candidates: CandidateMatch | None = None,
               budget_s: float | None = None) -> list[Job]:
     jobs = []
+    claims = candidates.claims if candidates else {}
     for problem in problems:
         files = tuple(candidates.by_problem.get(problem.name, [])) if candidates else ()
-        jobs.append(Job(problem, job_key(mode, problem, files, budget_s), files))
+        jobs.append(Job(problem, job_key(mode, problem, files, budget_s), files, tuple(claims.get(f) for f in files)))
+    return jobs
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A list file's solutions, their problems and where bench wrote their code."""
+
+    solutions: list[ListedSolution]
+    problems: dict[tuple[int, int], Problem]
+    files: dict[str, Path]  # solution id -> its candidate file
+
+
+def plan_listed(listed: Listed, mode: Mode) -> list[Job]:
+    """One job per listed solution whose problem was found, levels interleaved (level 1's first
+    problem, level 2's, level 3's, then each level's second ...) so a run cut short by its time
+    cap has judged some of every level."""
+    by_level: dict[int, list[ListedSolution]] = {}
+    for solution in sorted(listed.solutions, key=lambda s: (s.level, s.number, s.claim.id)):
+        if (solution.level, solution.number) in listed.problems:
+            by_level.setdefault(solution.level, []).append(solution)
+    order = [s for row in itertools.zip_longest(*by_level.values()) for s in row if s is not None]
+    jobs = []
+    for solution in order:
+        problem, path = listed.problems[(solution.level, solution.number)], listed.files[solution.claim.id]
+        jobs.append(Job(problem, job_key(mode, problem, (path,), solution=solution.claim.id), (path,), (solution.claim,)))
     return jobs
 
 
 def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequence[str], out_dir: Path,
               candidates_dir: Path | None = None, budget_s: float | None = None,
-              show_progress: bool = True) -> BenchResult:
-    """Plan, skip what results.jsonl already holds, run the rest, then write summary, report and plots."""
-    match = match_candidates(suite.problems, candidates_dir) if candidates_dir is not None else None
-    jobs = plan_jobs(suite.problems, mode, match, budget_s)
+              show_progress: bool = True, listed: Listed | None = None,
+              stop_after_s: float | None = None) -> BenchResult:
+    """Plan, skip what results.jsonl already holds, run the rest, then write summary, report and plots.
+    With `listed`, the jobs are its solutions (candidates_dir is not read); stop_after_s: run_jobs."""
+    match = match_candidates(suite.problems, candidates_dir) if candidates_dir is not None and listed is None else None
+    jobs = plan_listed(listed, mode) if listed is not None else plan_jobs(suite.problems, mode, match, budget_s)
     results_path = out_dir / RESULTS_JSONL
     previous = read_records(results_path)
     # A problem that failed itself (its reference, say, on a machine or verifier that could not
@@ -430,15 +516,24 @@ def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequenc
         previous = [record for record in previous if record.job_key not in retried]
     done_keys = {record.job_key for record in previous}
     todo = [job for job in jobs if job.key not in done_keys]
-    new = run_jobs(todo, open_work, devices, results_path, suite.name, mode, show_progress,
-                   already_done=len(jobs) - len(todo))
+    run = run_jobs(todo, open_work, devices, results_path, suite.name, mode, show_progress,
+                   already_done=sum(job_units(job) for job in jobs if job.key in done_keys),
+                   stop_after_s=stop_after_s)
     keys = {job.key for job in jobs}
-    records = [r for r in [*previous, *new] if r.job_key in keys]
+    records = [r for r in [*previous, *run.records] if r.job_key in keys]
     notes = [*_notes(records, match, len(jobs) - len(todo), suite.subset),
              *(f"problem file not read: {line}" for line in suite.skipped)]
-    summary = metrics.summarize(suite.name, mode, [p.name for p in suite.problems], records, notes=notes)
+    if run.left:
+        notes.append(f"{run.left} of {len(jobs)} job(s) not run yet: the time cap came first; a rerun into "
+                     "the same directory goes on with them")
+    names = [p.name for p in suite.problems]
+    if run.left:  # a partial run is scored over the problems it has judged, not counted unsolved for the rest
+        judged = {r.problem for r in records}
+        names = [name for name in names if name in judged] or names
+    summary = metrics.summarize(suite.name, mode, names, records, notes=notes)
     files = write_report(out_dir, summary, attention=suite.kind == "attention")
-    return BenchResult(summary, files, results_path, ran=len(todo), skipped=len(jobs) - len(todo))
+    ran = len(todo) - run.left
+    return BenchResult(summary, files, results_path, ran=ran, skipped=len(jobs) - len(todo), left=run.left)
 
 
 def _problem_number(path: Path) -> int | None:

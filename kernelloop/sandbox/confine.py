@@ -199,6 +199,7 @@ def measure(pid: int) -> dict:
                 if int(_status(int(task)).get("CapEff", "0"), 16) and task != str(pid):
                     threads_with_caps += 1
     own_pid_ns = len(status.get("NSpid", "").split()) > len(mine.get("NSpid", "").split())
-    return {"uid": int(status["Uid"].split()[1]), "capabilities": status.get("CapEff", ""),
+    return {"uid": int(status["Uid"].split()[1]), "gid": int(status["Gid"].split()[1]),
+            "groups": [int(group) for group in status.get("Groups", "").split()], "capabilities": status.get("CapEff", ""),
             "threads_with_capabilities": threads_with_caps, "no_new_privs": status.get("NoNewPrivs") == "1",
             "seccomp": status.get("Seccomp") == "2", "own_pid_namespace": own_pid_ns}

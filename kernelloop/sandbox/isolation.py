@@ -52,6 +52,7 @@ INPUTS_DIR = "inputs"  # under the work dir: copies of job input files the sandb
 NAMESPACE_FLAGS = ("--unshare-net", "--unshare-pid", "--unshare-ipc")
 SANDBOX_USER_ENV = "KERNELLOOP_SANDBOX_USER"  # uid[:gid] the workers drop to when kernelloop runs as root
 DEFAULT_SANDBOX_USER = "65534:65534"  # nobody:nogroup
+MAX_SANDBOX_ID = 2**31 - 1  # past it ids wrap negative in some tools; -1 (4294967295) means "unchanged"
 ROOT_START_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID")  # see privilege_flags
 
 
@@ -225,6 +226,10 @@ def sandbox_user() -> tuple[int, int] | None:
         raise IsolationError(f"{SANDBOX_USER_ENV}={raw!r}: use UID or UID:GID, e.g. 65534:65534") from None
     if 0 in ids:
         raise IsolationError(f"{SANDBOX_USER_ENV}={raw!r}: the sandbox user must not be root")
+    # -1 (and 4294967295, the same uid_t) means "leave unchanged" to setresuid/setresgid: root kept.
+    if not all(0 < value <= MAX_SANDBOX_ID for value in ids):
+        raise IsolationError(f"{SANDBOX_USER_ENV}={raw!r}: each id must be from 1 to {MAX_SANDBOX_ID} "
+                             "(-1 would leave the worker root)")
     return ids
 
 

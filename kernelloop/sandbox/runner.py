@@ -31,6 +31,7 @@ from typing import IO
 
 import kernelloop
 from kernelloop import progress
+from kernelloop.sandbox import held_files
 from kernelloop.sandbox.isolation import (
     INPUTS_DIR,
     ChildLimits,
@@ -325,8 +326,11 @@ class Zygote:
         why = [str(held["why"])] if held.get("why") else []
         if self.mode != "bubblewrap":
             why.insert(0, "plain mode: no read-only filesystem or hidden workspace (bubblewrap)")
+        held["host_gid"] = self.user[1] if self.user else os.getegid()
         if held["host_uid"] == 0:
             why.append("runs as root on the host")
+        elif held["host_gid"] == 0:
+            why.append("runs in group root on the host")
         held["isolated"] = not why
         if why:
             held["why"] = "; ".join(why)
@@ -432,6 +436,7 @@ class JobSession:
         self.box: dict = {}
         self.disk_budget_bytes: int | None = None  # what its job dir may hold (Zygote.start)
         self._disk_checked_at = 0.0
+        self._host_pid: int | None = None  # the job's pid as the host sees it, found at the first disk check
 
     @property
     def _job_pid(self) -> int:
@@ -511,12 +516,23 @@ class JobSession:
             return False
         self._disk_checked_at = time.monotonic()
         used = dir_usage(self.job_dir, DISK_BUDGET_ENTRIES)
+        if used is not None:
+            used += self._held_unlinked_bytes()
         if used is not None and used <= self.disk_budget_bytes:
             return False
         self.notes.append(f"its job dir grew past its disk budget of {self.disk_budget_bytes >> 20} MiB"
                           if used is not None else f"its job dir holds over {DISK_BUDGET_ENTRIES} entries")
         self._kill_and_reap()
         return True
+
+    def _held_unlinked_bytes(self) -> int:
+        """What the job's processes hold in files they unlinked (held_files.py): no name shows them."""
+        if self._host_pid is None and self.pid is not None:
+            self._host_pid = (held_files.host_pid(self.pid, self.zygote.proc.pid) if self.zygote.own_pid_namespace
+                              else self.pid)
+        if self._host_pid is None:
+            return 0
+        return held_files.unlinked_bytes(held_files.descendants(self._host_pid), os.fstat(self.dir.fd).st_dev)
 
     def advance(self, phase: str) -> None:
         """Move to a later phase (its limit starts now); an earlier or unknown one is ignored."""

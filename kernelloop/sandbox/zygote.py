@@ -580,6 +580,11 @@ def _drop_to(user: str) -> None:
     os.setgroups([])
     os.setresgid(int(gid or uid), int(gid or uid), int(gid or uid))
     os.setresuid(int(uid), int(uid), int(uid))
+    # Belt and braces behind the parent's parse (isolation.sandbox_user): -1 means "unchanged" to
+    # these calls, so check what was reached rather than trust what was asked.
+    if 0 in (*os.getresuid(), *os.getresgid()) or os.getgroups():
+        print(f"kernelloop: the sandbox worker is still root after dropping to {user}", file=sys.stderr)
+        os._exit(71)
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ def test_profile_and_ncu_summary_for_a_triton_kernel(tmp_path):
     with Verifier(device="cuda", workspace=tmp_path) as verifier:
         verdict = verifier.verify(Candidate.from_file(CANDIDATE), Problem.from_file(PROBLEM))
     assert verdict.ok, verdict.reason
-    assert verdict.profile["own_share"] > 0.5
-    assert verdict.profile["roofline"]["floor_ms"] > 0
+    assert verdict.profile is not None and verdict.profile.own_share > 0.5
+    assert verdict.profile.roofline is not None and verdict.profile.roofline.floor_ms > 0
     report = run_ncu(CANDIDATE, PROBLEM, verdict.own_kernels)
     assert report.kernels, report.notes
     kernel = report.kernels[0]

@@ -85,7 +85,7 @@ def test_shipped_example_is_correct_and_timed(verifier, candidate_path):
 def test_honest_kernel_is_timed_and_not_flagged(verifier, relu_problem):
     verdict = verifier.verify(kernel(HONEST), relu_problem)
     assert verdict.status is Status.correct, verdict.reason
-    assert verdict.noise_floor is not None and verdict.profile["own_share"] > 0.5
+    assert verdict.noise_floor is not None and verdict.profile is not None and verdict.profile.own_share > 0.5
 
 
 def test_cached_result_fails_on_fresh_inputs(verifier, relu_problem):
@@ -158,3 +158,9 @@ def test_a_job_that_rewrites_its_triton_driver_touches_no_later_job(relu_problem
     assert all(verdict.status is Status.correct for verdict in after), [verdict.reason for verdict in after]
     assert all(verdict.cost_s.get("prepare_driver_s", 0) > 0 and verdict.cost_s.get("preload_triton_key_s", 0) > 0
                for verdict in after)
+
+
+def test_the_baselines_alone_are_timed_in_the_trusted_worker(verifier, relu_problem):
+    """bench --baselines-only: the "baselines" job runs in the trusted workers' module (trusted_child.py)."""
+    timed = verifier.time_baselines(relu_problem)
+    assert {"eager", "compile"} <= set(timed["timings"]) and timed["timings"]["eager"].median_ms > 0

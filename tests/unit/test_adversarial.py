@@ -29,6 +29,7 @@ never show up in anything the verdict carries.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -157,10 +158,23 @@ def corpus_files() -> list[Path]:
     return sorted((FIXTURES / "cheats").glob("*.py")) + sorted((FIXTURES / "honest").glob("*.py"))
 
 
+# Attacks a red team found open, kept in the corpus with the verdict they must get once fixed: each is an
+# expected failure (strict, so a fix shows as XPASS and its entry must go). Stem -> what is open.
+OPEN_WITH_RULES: dict[str, str] = {}
+OPEN_WITHOUT_RULES: dict[str, str] = {}
+
+
+def _open_marks(path: Path, open_attacks: dict[str, str]) -> list:
+    if path.stem in open_attacks:
+        return [pytest.mark.xfail(strict=True, reason=f"open: {open_attacks[path.stem]}")]
+    return []
+
+
 def corpus_params(*, timed: bool) -> list:
     """pytest params (id = file stem); fixtures that need a timed run are left out of untimed runs."""
     no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="the trick only means something on CUDA")
-    return [pytest.param(path, id=path.stem, marks=[no_cuda] if parse_header(path).gpu_only else [])
+    return [pytest.param(path, id=path.stem,
+                         marks=([no_cuda] if parse_header(path).gpu_only else []) + _open_marks(path, OPEN_WITH_RULES))
             for path in corpus_files() if timed or not parse_header(path).needs_timing]
 
 
@@ -178,6 +192,9 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
     verdict = verifier.verify(Candidate.from_file(path), Problem.from_file(header.problem))
     # Containment first: a leak or an escaped file matters even when the verdict is also wrong.
     assert SECRET not in verdict_text(verdict), f"{path.name}: the API key leaked into the verdict"
+    # Every sink writes UTF-8 (the CLI's Rich output, bench's results.jsonl and report.md): a verdict holding
+    # text no UTF-8 encoder takes (lone surrogates) crashed them, so none may get this far.
+    json.dumps(verdict.model_dump(), ensure_ascii=False).encode("utf-8")
     if header.must_not_create is not None:
         assert not header.must_not_create.exists(), f"{path.name}: the candidate wrote {header.must_not_create}"
     statuses, reasons = (header.unlinted, header.unlinted_reasons) if unlinted else \
@@ -210,7 +227,8 @@ def assert_no_faster_than_honest(verifier, path: Path, verdict: Verdict, speeds:
 
 def boundary_params() -> list:
     """Fixtures that promise a verdict with the static rules off."""
-    return [pytest.param(path, id=path.stem) for path in corpus_files() if parse_header(path).unlinted]
+    return [pytest.param(path, id=path.stem, marks=_open_marks(path, OPEN_WITHOUT_RULES))
+            for path in corpus_files() if parse_header(path).unlinted]
 
 
 @pytest.fixture(scope="module")

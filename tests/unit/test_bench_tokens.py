@@ -159,7 +159,7 @@ def test_bench_over_http_totals_exactly_what_the_server_reported(tmp_path, monke
     suite.mkdir()
     for name in ("1_alpha", "2_beta"):
         shutil.copy(RELU_PROBLEM, suite / f"{name}.py")
-    monkeypatch.setattr("kernelloop.cli.bench_cmd._open_pool", lambda device, ray, workspace: ScriptedPool())
+    monkeypatch.setattr("kernelloop.cli.bench_cmd._open_pool", lambda device, ray, workspace, *options: ScriptedPool())
     script = metered_script()
     prompt, completion, reasoning = (sum(getattr(r, f"{k}_tokens") for r in script)
                                      for k in ("prompt", "completion", "reasoning"))

@@ -27,6 +27,7 @@ HOSTILE = {
     "markdown_image": "![x](/etc/passwd) and [link](http://example.invalid/x)",
     "line_separators": "a\u2028b\x85c\x0bd\x1ce|f",
     "megabyte": "m" * (1 << 20),
+    "lone_surrogates": "bad \ud800 and \udcff end",  # no UTF-8 writer takes them (red team: stopped bench and solve)
 }
 
 
@@ -43,6 +44,8 @@ def test_a_verdict_keeps_its_text_bounded_and_free_of_control_characters(name):
     for text in (verdict.reason, verdict.feedback, verdict.stdout_tail, verdict.stderr_tail, *verdict.warnings):
         assert "\x1b" not in text and "\r" not in text and "\u2028" not in text and "\x85" not in text
         assert len(text) <= safe_text.TEXT_CHARS
+        text.encode("utf-8")  # raises on a lone surrogate
+    verdict.model_dump_json()
     assert "\n" not in verdict.reason and len(verdict.reason) <= safe_text.REASON_CHARS
     verdict.reason = HOSTILE[name]  # set later, as the verifier does with the tails: kept the same way
     assert "\r" not in verdict.reason and len(verdict.reason) <= safe_text.REASON_CHARS

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from kernelloop.agents.critic_facts import profile_lines
-from kernelloop.results import Profile, Verdict
+from kernelloop.results import Code, Profile, Status, Verdict
 from kernelloop.tools.profile.ncu import default_ncu_metrics, read_ncu_output
 from kernelloop.tools.profile.ncu_budget import with_ncu
 from kernelloop.tools.verify.harness import launch_facts
@@ -58,7 +58,7 @@ def production_profiles() -> list[Profile]:
                                     **launch_facts(SimpleNamespace(arg_names=["x"]), (), {"grid": (4,)}, kernel)}]
         measurement["roofline"]["sm_count"] = 132  # what measure.roofline_of adds on a GPU
         profiles.append(judge_speed(measurement).profile)
-    profiles.append(Profile.of(with_ncu(profiles[0].model_dump(), read_ncu_output(ncu_csv()), 20.0)))
+    profiles.append(with_ncu(profiles[0], read_ncu_output(ncu_csv()), 20.0))
     return profiles
 
 
@@ -102,3 +102,23 @@ def test_the_verdict_carries_the_profile_as_the_critic_reads_it_back():
     profile = production_profiles()[-1]
     assert Profile.of(profile.model_dump()) == profile
     assert Profile.of({"kernel_split": {}, "kernels": []}) is None  # the format before this record: not read
+
+
+def test_verdict_profile_is_the_record_and_stores_as_before():
+    """Verdict.profile holds the Profile itself; a stored verdict's JSON is its model_dump() as before,
+    and one in the format before Profile reads back as None, through model_validate and pydantic alike."""
+    from pydantic import BaseModel
+
+    class Holder(BaseModel):  # as the agents' and evals' models embed a verdict
+        verdict: Verdict
+
+    profile = production_profiles()[-1]
+    verdict = Verdict(status=Status.correct, reason="correct", code=Code.correct, device="cuda", profile=profile)
+    stored = json.loads(verdict.model_dump_json())
+    assert stored["profile"] == profile.model_dump()
+    assert Verdict.model_validate(stored).profile == profile
+    assert Holder.model_validate_json(Holder(verdict=verdict).model_dump_json()).verdict.profile == profile
+    assert json.loads(Holder(verdict=verdict).model_dump_json())["verdict"]["profile"] == stored["profile"]
+    older = {**stored, "profile": {"kernel_split": {}, "kernels": [{"name": "k", "device_ms": 1.0}]}}
+    assert Verdict.model_validate(older).profile is None
+    assert Holder.model_validate({"verdict": older}).verdict.profile is None

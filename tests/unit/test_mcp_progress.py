@@ -14,7 +14,7 @@ from mcp import Client
 from kernelloop import progress
 from kernelloop.jobs import JobManager
 from kernelloop.mcp_server import MAX_WAIT_S, build_server
-from kernelloop.results import Code, Status, Verdict
+from kernelloop.results import Code, Profile, Status, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 RELU_PROBLEM = ROOT / "tests" / "fixtures" / "problems" / "relu.py"
@@ -82,7 +82,7 @@ class PhasedPool:
             progress.report(kind, phase)  # what the sandbox's job sessions call
             time.sleep(0.3)
         return Verdict(status=Status.correct, reason="correct", code=Code.correct, device="cuda", trials=3,
-                       speedup=1.4, profile={"own_share": 0.9})
+                       speedup=1.4, profile=Profile(own_share=0.9))
 
     def close(self):
         pass
@@ -103,7 +103,7 @@ def test_profile_sends_each_phase_as_progress(tmp_path, monkeypatch):
     with JobManager(tmp_path, pool_factory=PhasedPool) as manager:
         answer = anyio.run(session, manager)
     assert answer["available"] and answer["job"]["state"] == "succeeded"
-    assert answer["job"]["verdict"]["speedup"] == 1.4 and answer["job"]["profile"] == {"own_share": 0.9}
+    assert answer["job"]["verdict"]["speedup"] == 1.4 and answer["job"]["profile"] == Profile(own_share=0.9).model_dump()
     done = [d for d, _ in notes]
     assert len(notes) >= 4 and done == sorted(done) and len(set(done)) == len(done), notes
     messages = [message for _, message in notes]

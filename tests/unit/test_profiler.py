@@ -174,19 +174,19 @@ def test_profile_of_drops_claimed_rows_and_launches_that_do_not_fit():
 
 def test_ncu_facts_join_the_profile_with_their_cost():
     report = read_ncu_output((NCU / "hand_written_raw_gemm_relu.csv").read_text())
-    profile = with_ncu(profile_of(recorded_measurement("honest"), 0.049, 0.049, "events").model_dump(), report, 12.5)
-    assert profile["profiling_s"] == 12.5 and profile["ncu_note"] == ""
-    assert [facts["kernel"] for facts in profile["ncu"]] == ["fused_gemm_relu_kernel", "fused_gemm_relu_kernel"]
-    first = profile["ncu"][0]
-    assert first["occupancy_pct"] == 12.45 and first["registers_per_thread"] == 168
-    assert first["top_stalls"][0] == ["math_pipe_throttle", 3.07]
-    assert first["throughput_pct"] == {"sm": 74.02, "dram": 36.84}
+    profile = with_ncu(profile_of(recorded_measurement("honest"), 0.049, 0.049, "events"), report, 12.5)
+    assert profile.profiling_s == 12.5 and profile.ncu_note == ""
+    assert [facts.kernel for facts in profile.ncu] == ["fused_gemm_relu_kernel", "fused_gemm_relu_kernel"]
+    first = profile.ncu[0]
+    assert first.occupancy_pct == 12.45 and first.registers_per_thread == 168
+    assert first.top_stalls[0] == ["math_pipe_throttle", 3.07]
+    assert first.throughput_pct == {"sm": 74.02, "dram": 36.84}
 
 
 def test_ncu_notes_stand_in_for_facts_when_it_measured_nothing():
     report = read_ncu_output((NCU / "hand_written_permission_error.txt").read_text())
     profile = with_ncu(None, report, 3.0)
-    assert profile["ncu"] == [] and "ERR_NVGPUCTRPERM" in profile["ncu_note"]
+    assert profile.ncu == [] and "ERR_NVGPUCTRPERM" in profile.ncu_note
 
 
 def test_ncu_stays_within_a_tenth_of_the_run():

@@ -73,7 +73,7 @@ def test_bench_on_a_two_node_cluster_matches_the_local_pool(cluster, suite, tmp_
     two, node_names = cluster
     pools: list[RayPool] = []
 
-    def gpu_actors_verifying_on_the_cpu(device, address, workspace):
+    def gpu_actors_verifying_on_the_cpu(device, address, workspace, *options):
         # bench's own _open_pool with --device cpu would make one CPU actor; this CPU machine's
         # declared GPUs need verify_on="cpu". The address is the one bench was given.
         pools.append(RayPool(address, "cuda", workspace=workspace, verify_on="cpu"))

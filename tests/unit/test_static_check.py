@@ -170,6 +170,20 @@ BYPASSES = {
     "host compiler flag": ("flags = ['-ccbin', '/tmp/evil']", "forbidden call"),
     "native in comment": ("import triton\n@triton.jit\ndef k(x):\n    # system(\"ls\");\n    pass", "forbidden call"),
     "python open in string": ("def f(x: 'open(\"/etc/passwd\").read()'):\n    pass", "forbidden call"),
+    "submodule as attribute": ("import torch\ntorch.utils.collect_env.run('id')", "forbidden import: torch.utils.collect_env"),
+    "benchmark timer": ("import torch\nt = torch.utils.benchmark.Timer(stmt=s)", "forbidden import: torch.utils.benchmark"),
+    "submodule via alias": ("import torch as t\nm = t\nm.utils.benchmark.Timer", "forbidden import: torch.utils.benchmark"),
+    "shell in build flags": ("from torch.utils.cpp_extension import load_inline\n"
+                             "m = load_inline(name='k', cpp_sources='', extra_cflags=['-O2`id`'])", "forbidden call"),
+    "built build flags": ("import torch\nfrom torch.utils.cpp_extension import load_inline\nf = ['-O3']\nf.append(x)\n"
+                          "m = load_inline(name='k', cpp_sources='', extra_cuda_cflags=f)", "forbidden call"),
+    "build flags by position": ("from torch.utils.cpp_extension import load_inline\n"
+                                "m = load_inline('k', '', '', ['f'], ['-O3'])", "forbidden call"),
+    "build flags by **": ("from torch.utils.cpp_extension import load_inline\nm = load_inline(**kw)", "forbidden call"),
+    "builder handed on": ("import functools\nfrom torch.utils.cpp_extension import load_inline\n"
+                          "b = functools.partial(load_inline, extra_cflags=x)", "forbidden call"),
+    "shell in module name": ("import torch\nm = torch.utils.cpp_extension.load_inline(name='k;id', cpp_sources='')",
+                             "forbidden call"),
     "huge built string": ("a0 = 'x'\n" + "".join(f"a{i + 1} = a{i} + a{i}\n" for i in range(24)), "forbidden call"),
 }
 
@@ -241,8 +255,12 @@ class ModelNew(nn.Module):
     "import triton.language as tl\ndef f(x):\n    return tl.inline_asm_elementwise(asm='tanh.approx.f32 $0, $1;', "
     "constraints='=r,r', args=[x], dtype=tl.float32, is_pure=True, pack=1)",
     "class Launcher:\n    def __init__(self, k):\n        self.k = k\n    def __call__(self, x):\n        return self.k(x)",
+    "from torch.utils.cpp_extension import load_inline\nflags = ['-O3', '--use_fast_math']\n"
+    "m = load_inline(name='relu_ext', cpp_sources='', cuda_sources='', functions=['f'], extra_cflags=[''],\n"
+    "                extra_cuda_cflags=flags, extra_ldflags=[''], verbose=True)",
+    "import torch\nb = torch.backends.cudnn.benchmark",
 ], ids=["cuda", "index-assign", "dtype-param", "class-attrs", "returned-fn", "view-assign", "format-specs",
-        "comments", "typing", "triton-imports", "inline-asm", "launcher"])
+        "comments", "typing", "triton-imports", "inline-asm", "launcher", "build-flags", "cudnn-benchmark-flag"])
 def test_honest_patterns_pass(snippet):
     assert first_violation(snippet) is None
 

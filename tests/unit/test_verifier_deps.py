@@ -17,6 +17,7 @@ VERIFIER_MODULES = (
     "kernelloop.tools.verify.speed",
     "kernelloop.tools.profile.ncu",
     "kernelloop.tools.verify.harness",
+    "kernelloop.tools.verify.trusted_child",
     "kernelloop.tools.verify.localise",
     "kernelloop.tools.profile.ncu_budget",
 )

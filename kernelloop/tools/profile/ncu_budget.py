@@ -31,27 +31,23 @@ def refusal(device: str, run_s: float, profiling_s: float, last_ncu_s: float | N
     return None
 
 
-def with_ncu(profile: dict | None, report: NcuReport, seconds: float) -> dict:
+def with_ncu(profile: Profile | None, report: NcuReport, seconds: float) -> Profile:
     """A verdict's profile with ncu's facts (or its notes, when it measured nothing) and its cost."""
-    record = Profile.of(profile) or Profile()
+    record = Profile.model_validate(profile.model_dump()) if profile is not None else Profile()  # a copy
     launches = sorted(report.kernels, key=lambda k: -(k.duration_ms or 0.0))[:NCU_KERNELS]
     record.ncu = [ncu_facts(kernel) for kernel in launches]
     record.ncu_note = "" if record.ncu else "; ".join(report.notes) or "Nsight Compute measured no kernel"
     record.profiling_s = seconds
-    return record.model_dump()
+    return record
 
 
-def with_note(profile: dict | None, note: str) -> dict | None:
-    """A verdict's profile saying why ncu did not run (unchanged when there is no profile)."""
-    record = Profile.of(profile)
-    if record is None:
-        return profile
-    record.ncu_note = note
-    return record.model_dump()
+def with_note(profile: Profile | None, note: str) -> Profile | None:
+    """A verdict's profile saying why ncu did not run (None when there is no profile)."""
+    return profile.model_copy(update={"ncu_note": note}) if profile is not None else None
 
 
 def profile_candidate(candidate: Path, problem: Path, own_kernels: list[str],
-                      profile: dict | None) -> tuple[dict, float]:
+                      profile: Profile | None) -> tuple[Profile, float]:
     """Run ncu on one correct candidate; (its profile with ncu's facts, seconds it took)."""
     from kernelloop.tools.profile.ncu_run import run_ncu
 

@@ -4,7 +4,8 @@ What one verification holds at once, as the verifier works today (verifier.trial
   host    the parent: the reference's outputs of every set, and one set of the candidate's;
           the trusted job and the candidate's child: every set's inputs, each
   device  the trusted job and the candidate's child: every timed set's inputs, each (kept for
-          timing); and one set's output beside the reference's (the forward, the compare); the
+          timing); and one set's output beside the reference's (the forward, the compare); with
+          fresh timing (opt-in, Verifier.fresh_timing) also the
           copies of timed calls' outputs kept for the checks (kept_outputs.py: up to 1 GiB, or
           one output where that is more), in both; donor sets (inputs only, where a problem gets
           one trial set, for fresh values to be drawn from), in both; a back-to-back window's
@@ -61,32 +62,38 @@ def window_bytes(output_bytes_per_set: int, input_bytes_per_set: int) -> int:
     return 2 * sets * input_bytes_per_set
 
 
-def host_bytes(output_bytes_per_set: int, n_sets: int, input_bytes_per_set: int = 0, donor_sets: int = 0) -> int:
-    """The parent's reference outputs of every set and one candidate set; two processes' inputs."""
+def host_bytes(output_bytes_per_set: int, n_sets: int, input_bytes_per_set: int = 0, donor_sets: int = 0,
+               fresh: bool = False) -> int:
+    """The parent's reference outputs of every set and one candidate set; two processes' inputs
+    (`fresh` adds nothing on the host: its copies and window sets are on the device)."""
     return (n_sets + 1) * output_bytes_per_set + 2 * (n_sets + donor_sets) * input_bytes_per_set
 
 
-def device_bytes(output_bytes_per_set: int, n_sets: int, input_bytes_per_set: int = 0, donor_sets: int = 0) -> int:
+def device_bytes(output_bytes_per_set: int, n_sets: int, input_bytes_per_set: int = 0, donor_sets: int = 0,
+                 fresh: bool = False) -> int:
     """Two processes' device copies of the timed sets' inputs; one set's output and the reference's;
-    the kept copies of timed outputs; the back-to-back window's sets."""
-    return (2 * (n_sets + donor_sets) * input_bytes_per_set + 2 * output_bytes_per_set
-            + kept_bytes(output_bytes_per_set) + window_bytes(output_bytes_per_set, input_bytes_per_set))
+    with `fresh` timing, the kept copies of timed outputs and the back-to-back window's sets."""
+    own = 2 * (n_sets + donor_sets) * input_bytes_per_set + 2 * output_bytes_per_set
+    if not fresh:
+        return own
+    return own + kept_bytes(output_bytes_per_set) + window_bytes(output_bytes_per_set, input_bytes_per_set)
 
 
 def check_fits(output_bytes_per_set: int, n_sets: int, device_total_bytes: int | None, host_total_bytes: int,
-               input_bytes_per_set: int = 0, donor_sets: int = 0) -> str | None:
+               input_bytes_per_set: int = 0, donor_sets: int = 0, fresh: bool = False) -> str | None:
     """One line saying why `n_sets` input sets (trials and fresh) of this size, and `donor_sets` more
     of inputs only, can't be verified here (the size, the limit, what to do), or None when they
-    fit. `device_total_bytes` is None on the CPU, where the host's memory is the only limit."""
+    fit. `device_total_bytes` is None on the CPU, where the host's memory is the only limit.
+    `fresh`: the timing runs on fresh values (its kept copies and window sets count)."""
     places = [("this machine's memory", host_bytes, host_total_bytes, HOST_SHARE, "a machine with more memory")]
     if device_total_bytes is not None:
         places.append(("this GPU", device_bytes, device_total_bytes, DEVICE_SHARE, "a GPU with more memory"))
     for where, need_of, total, share, bigger in places:
-        need = need_of(output_bytes_per_set, n_sets, input_bytes_per_set, donor_sets)
+        need = need_of(output_bytes_per_set, n_sets, input_bytes_per_set, donor_sets, fresh)
         limit = int(total * share)
         if need <= limit:
             continue
-        fewer = n_sets > FEWEST_SETS and need_of(output_bytes_per_set, FEWEST_SETS, input_bytes_per_set) <= limit
+        fewer = n_sets > FEWEST_SETS and need_of(output_bytes_per_set, FEWEST_SETS, input_bytes_per_set, 0, fresh) <= limit
         advice = "use fewer trial sets (trials=1)" if fewer else f"run on {bigger}"
         return (f"input sets too large for {where}: {n_sets} sets of {gb(input_bytes_per_set)} inputs and "
                 f"{gb(output_bytes_per_set)} output need {gb(need)}, over the {gb(limit)} usable "

@@ -34,8 +34,14 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from typing import TYPE_CHECKING
 
 import torch
+
+from kernelloop.tools.verify._runtime import synchronize
+
+if TYPE_CHECKING:
+    from kernelloop.tools.verify.kept_outputs import Kept
 
 MASK_STRIDE = 8  # the random bits of consecutive calls of one request start this many apart
 
@@ -274,3 +280,16 @@ class Window:
         if call >= self.count:
             self.request.fill(inputs, call)
         return inputs
+
+
+def warm_fresh_values(pool: Pool, kept: Kept, device: str, window: Window | None = None) -> None:
+    """Before any request is timed: a request's random bits drawn once at the largest size, every
+    kept slot digested (on a GPU the digest kernel compiles), and a window's sets written once, so
+    the allocator holds their blocks and no timed window pays for a compile or a first allocation."""
+    request = pool.request(0, kept.calls)
+    if window is not None:
+        window.prepare(request)
+    kept.count = kept.calls
+    kept.digests()
+    kept.reset()
+    synchronize(device)

@@ -14,10 +14,7 @@ and launch counts, its input checks, its digests) as claims.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
-import sys
 import time
 import traceback
 from collections import Counter
@@ -28,32 +25,25 @@ import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
 
 from kernelloop.errors import error_line
-from kernelloop.sandbox.channel import Channel, ChannelClosed
-from kernelloop.sandbox.runner import DEVICE_ENV, PER_JOB_CACHE_ENV, PRELOAD_NOW_ENV
-
-# Modules jobs need, which the Verifier has the zygote import once rather than each forked child
-# (sandbox/zygote.py: $KERNELLOOP_WORKER_PRELOAD before it is ready, ..._LATER in the background):
-# the launch counter's (every candidate job, about 0.3 s) and, on GPU workers that time, the
-# compiler the torch.compile baseline uses (seconds: the trusted worker only, and in the
-# background, so the first verification never waits for it). On GPU workers importing them asks
-# torch.cuda.is_available(), which would initialise CUDA there and leave the forks unable to use
-# it, unless it asks NVML instead: the runner sets PYTORCH_NVML_BASED_CUDA_CHECK=1 for them.
-# KERNELLOOP_PRELOAD=0 leaves the imports to each child (GPU workers: to the standby's prepare()).
-LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
-COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
-_GPU_WORKER = os.environ.get(DEVICE_ENV) == "cuda"
-if torch.cuda.is_initialized():  # a fork of this process could not use CUDA
-    raise RuntimeError("CUDA was initialised while the sandbox worker imported its modules")
-
 from kernelloop.problem import import_source
 from kernelloop.results import STATUS_OF, Code
+from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, make_inputs, seed_all, synchronize, to_device
+from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, seed_all, synchronize, to_device
+from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls prepare and preload here
+    COMPILER_MODULES,
+    LAUNCH_COUNTER_MODULES,
+    PRELOADED,
+    PREPARED,
+    classify_exception,
+    preload,
+    prepare,
+    serve,
+)
 from kernelloop.tools.verify.compare import flatten_outputs
-from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window
+from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, warm_fresh_values
 from kernelloop.tools.verify.kept_outputs import Kept
-from kernelloop.tools.verify.reference_job import run_reference, warm_fresh_values
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
 
 if TYPE_CHECKING:  # imported where timing is set up, not when the child starts
@@ -72,6 +62,8 @@ class LaunchCounter:
         # launch is given gets noise first (originals kept in `saved`, put back by `restore`).
         self.mode: str | None = None
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._runs: dict[type, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
+        self._own_let_through = False
 
     def install(self) -> None:
         from triton.runtime import interpreter, jit
@@ -93,8 +85,6 @@ class LaunchCounter:
         counter = self
 
         def run(self_, *args, **kwargs):
-            if getattr(self_.fn, "__module__", "").startswith("kernelloop."):  # the harness's own (the digests)
-                return original_run(self_, *args, **kwargs)
             if counter.mode == "skip":
                 return None
             if counter.mode == "perturb":
@@ -107,7 +97,18 @@ class LaunchCounter:
                 counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
             return kernel
 
+        self._runs[cls] = (original_run, run)
         cls.run = run
+
+    def let_own_kernels_through(self) -> None:
+        """The harness's own Triton kernels (the digests of kept outputs: fresh timing) run uncounted
+        and untouched by the decoy modes. Installed only where fresh timing is set up, so a launch
+        without it goes through exactly the counting wrapper."""
+        if self._own_let_through:
+            return
+        self._own_let_through = True
+        for cls, (original_run, counted_run) in self._runs.items():
+            cls.run = _own_first(original_run, counted_run)
 
     def perturb(self, values: list) -> None:
         for value in values:
@@ -123,6 +124,15 @@ class LaunchCounter:
             for value, original in self.saved.values():
                 value.copy_(original)
         self.saved = {}
+
+
+def _own_first(original_run, counted_run):
+    def run(self_, *args, **kwargs):
+        if getattr(self_.fn, "__module__", "").startswith("kernelloop."):  # the harness's own (the digests)
+            return original_run(self_, *args, **kwargs)
+        return counted_run(self_, *args, **kwargs)
+
+    return run
 
 
 def launch_facts(fn, args: tuple, kwargs: dict, kernel) -> dict[str, Any]:
@@ -247,101 +257,6 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     if costs is not None:
         costs.update(steps.laps)
     return host, inputs, problem
-
-
-def classify_exception(exc: BaseException) -> tuple[Code, str]:
-    """(code, one-line reason) of an exception the candidate's code raised; its status is STATUS_OF[code]."""
-    text = error_line(exc).strip()[:400]
-    if any(marker in text.lower() for marker in ("out of memory", "not enough memory", "allocate memory")):
-        return Code.out_of_memory, f"out of memory: {text}"
-    # Seen on the H100 once the child no longer shared the zygote's pipes: an allocation too large
-    # for the GPU reached the caching allocator's out-of-memory report, whose NVML query then failed.
-    if "CUDACachingAllocator" in text and "nvmlInit" in text:
-        return Code.out_of_memory, f"out of memory (the allocator's report of it failed: {text[:200]})"
-    # Triton front-end errors have their own types; MLIR pass failures surface as RuntimeError.
-    if (type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure")
-            or "triton.compiler" in type(exc).__module__ or "PassManager::run failed" in text):
-        return Code.compile_failed, f"compile: Triton could not compile a kernel: {text}"
-    return Code.raised, f"raised {text}"
-
-
-PREPARED: dict[str, float] = {}  # what prepare() did in this process, and when it finished
-PRELOADED: dict[str, float] = {}  # what preload() did in the zygote, inherited by every fork
-
-
-def preload() -> None:
-    """Run once by a GPU zygote beside its preload imports, before it is ready (sandbox/zygote.py):
-    the hash of Triton's own library that keys its caches (`triton_key`, computed once per process:
-    0.42 s of a candidate's first launch on an H200 node), so every forked job inherits it. Only a
-    value in memory: a job can't change the zygote's. No CUDA."""
-    if not _GPU_WORKER or os.environ.get("TRITON_INTERPRET") == "1":
-        return
-    from triton.runtime.cache import triton_key
-
-    steps = Stopwatch()
-    triton_key()
-    steps.lap("preload_triton_key_s")
-    PRELOADED.update(steps.laps)
-
-
-def _load_triton_driver() -> None:
-    """Build and load Triton's CUDA driver helpers (cuda_utils: 0.36 s of gcc in every fresh process)
-    in this process, from a private temporary dir deleted once they are loaded. The kernel that
-    digests timed outputs (kept_outputs.py) is not compiled here: most jobs are never timed, and a
-    timed one compiles it while the trusted job sets up its baselines (timing_driver.py). Its
-    digests are commitments the parent checks with its own torch ops, so a cache the candidate
-    planted for it can only make them fail.
-
-    Per process, never in the zygote: a job can open its own mapping of the library for writing
-    (/proc/self/map_files, seen in bubblewrap on an H200 node), and a mapping the zygote made would be
-    the same file in every later job (tests/fixtures/cheats/rewrite_triton_driver.py zeroed it, and
-    the next candidate crashed). Here the file is this process's alone."""
-    import shutil
-    import tempfile
-
-    build = tempfile.mkdtemp(prefix="kernelloop-driver-")
-    saved = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = build
-    try:
-        triton.runtime.driver.active.utils  # noqa: B018 - builds and loads the driver helpers
-    except Exception as exc:  # noqa: BLE001 - no driver here after all: the job meets it as before
-        print(f"kernelloop: Triton's driver was not loaded ahead: {error_line(exc)}", file=sys.stderr)
-    finally:
-        if saved is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-        else:
-            os.environ["TRITON_CACHE_DIR"] = saved
-        shutil.rmtree(build, ignore_errors=True)
-
-
-def prepare() -> None:
-    """Run by the zygote's standby child before its job is known (see sandbox/zygote.py): the CUDA
-    context and a cuBLAS handle (0.1-0.3 s in every fresh process), Triton's driver helpers, and
-    whatever modules the zygote did not preload, get made while the sandbox is idle instead of while
-    a job waits. Nothing to do without a visible GPU."""
-    if not _GPU_WORKER or not torch.cuda.is_available():
-        return
-    if torch.cuda._is_in_bad_fork():  # the zygote touched CUDA: every job here would fail to use it
-        print("kernelloop: the sandbox worker initialised CUDA before forking; jobs cannot use the GPU", file=sys.stderr)
-        return
-    steps = Stopwatch()
-    ones = torch.ones(16, 16, device="cuda")
-    torch.mm(ones, ones)
-    torch.cuda.synchronize()
-    steps.lap("prepare_context_s")
-    # The candidates' worker: each job's Triton cache starts empty, so every job would build the
-    # helpers on its first launch. A trusted job reads them from its kept cache, and a reference
-    # job never launches Triton: it does not wait for them.
-    if os.environ.get(PER_JOB_CACHE_ENV) == "1" and os.environ.get("TRITON_INTERPRET") != "1":
-        _load_triton_driver()
-        steps.lap("prepare_driver_s")
-    wanted = [name for name in os.environ.get(PRELOAD_NOW_ENV, "").split(",") if name]
-    missing = [name for name in wanted if name not in sys.modules]
-    for name in missing:
-        importlib.import_module(name)
-    if missing:
-        steps.lap("prepare_imports_s")
-    PREPARED.update(steps.laps, done_at=time.perf_counter())
 
 
 def _shuffle_interpreter(job: dict[str, Any]) -> bool:
@@ -527,15 +442,16 @@ class _CandidateSession:
         return self.timing
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The timing rounds: with fresh values (the default), one set of input buffers, written
-        before every timed call from the request's seed, and room to keep `keep_calls` outputs;
-        without (`fresh` false: benchmarks/fresh_values.py's "before"), the trial sets in turn."""
+        """The timing rounds: with fresh values (`fresh`, opt-in: Verifier.fresh_timing), one set of
+        input buffers, written before every timed call from the request's seed, and room to keep
+        `keep_calls` outputs; without (the default), the trial sets in turn, as before fresh timing."""
         from kernelloop.tools.profile.timing import rounds_on
 
         self.channel.phase("timing")
         started = time.perf_counter()
-        fresh = bool(request.get("fresh", True))
+        fresh = bool(request.get("fresh", False))
         if fresh:
+            self.counter.let_own_kernels_through()  # the digest kernel, compiled below, is the harness's
             self.pool = Pool([to_device(inputs, self.device) for inputs in self.pool_sets])
             self.timing_sets = [self.pool.buffers()]
             self.kept = Kept(self._specs(0), int(request.get("keep_calls") or 1), self.device)
@@ -626,55 +542,6 @@ class _CandidateSession:
         return None
 
 
-def run_baselines(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    """Time eager, torch.compile and the problem's own baselines, no candidate (bench --baselines-only)."""
-    from kernelloop.tools.profile.measure import measure_baselines
-
-    problem = import_source(Path(job["problem_path"]), "kernelloop_problem")
-    input_sets = [make_inputs(problem, seed, job["device"]) for seed in job["seeds"]]
-    channel.phase("timing")
-    with torch.no_grad():
-        return {"status": "ran", "timing": measure_baselines(problem, input_sets, job["device"], {**job, "init_seed": INIT_SEED})}
-
-
-JOBS = {"reference": run_reference, "candidate": run_candidate, "baselines": run_baselines}
-
-
-def _profiled(run, job: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    """The job, under cProfile where $KERNELLOOP_PROFILE_JOBS names a directory: a developer's view of
-    where a job's time goes (benchmarks/cold_verify.py --profile-jobs). Never read by a verdict."""
-    where = os.environ.get("KERNELLOOP_PROFILE_JOBS")
-    if not where:
-        return run(job, channel)
-    import cProfile
-
-    profiler = cProfile.Profile()
-    try:
-        return profiler.runcall(run, job, channel)
-    finally:
-        with contextlib.suppress(OSError):  # a sandbox that can't write there loses the profile, not the job
-            profiler.dump_stats(os.path.join(where, f"{job['kind']}-{os.getpid()}.prof"))
-
-
 def run_job(job: dict[str, Any]) -> int:
-    """Entry point in the forked child; returns the exit code. Never raises."""
-    channel = Channel.from_job(job)
-    try:
-        gpu_fraction = (job.get("limits") or {}).get("gpu_memory_fraction")
-        if gpu_fraction and job["device"].startswith("cuda"):  # before any candidate code can allocate
-            torch.cuda.set_per_process_memory_fraction(float(gpu_fraction))
-        result = _profiled(JOBS[job["kind"]], job, channel)
-    except SystemExit as exc:
-        result = {"status": "runtime_error", "code": Code.exited.value, "reason": f"exited: sys.exit({exc.code}) while loading"}
-    except Exception as exc:
-        traceback.print_exc()
-        code, reason = classify_exception(exc)
-        result = {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
-    sys.stdout.flush()
-    sys.stderr.flush()
-    result["written_at"] = time.time()  # the parent reports how long the process took to end after this
-    try:
-        channel.result(result)
-    except BrokenPipeError:  # nobody is listening any more
-        return 0
-    return 0
+    """Entry point in the forked child of the candidates' worker; returns the exit code. Never raises."""
+    return serve(job, {"candidate": run_candidate})

@@ -105,6 +105,7 @@ class VerifierPool(ABC):
     """Verifier workers behind one interface. Thread-safe; close() (or `with`) stops the workers."""
 
     device: str  # what the workers verify on: 'cpu' or 'cuda'
+    shared: bool = False  # several workers per GPU (correctness only): nothing is timed on it
     _workers: _Workers
 
     @property
@@ -131,6 +132,8 @@ class VerifierPool(ABC):
         """Verifier.time_baselines on an idle worker (GPU only): {"timings": {name: TimingStats}, ...}."""
         if self.device != "cuda":
             raise PoolError("timing baselines needs a CUDA GPU (--device cuda)")
+        if self.shared:
+            raise PoolError("timing baselines needs its GPU alone: this pool shares each GPU among workers")
         with self._workers.borrow(problem.sha256) as worker:
             return self._time_baselines_on(worker, problem)
 
@@ -172,24 +175,40 @@ def local_devices(device: str = "auto") -> list[str]:
     raise PoolError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
 
 
+def check_sharing(device: str, workers_per_device: int, time_it: bool) -> None:
+    """Several workers may share a GPU only when none of them times: a PoolError otherwise."""
+    if workers_per_device < 1:
+        raise PoolError(f"workers per device must be at least 1, got {workers_per_device}")
+    if workers_per_device > 1 and time_it and device != "cpu":
+        raise PoolError(f"{workers_per_device} workers per GPU would time candidates side by side: timing needs "
+                        "its GPU alone; share a GPU only for correctness (--no-timing)")
+
+
 class LocalPool(VerifierPool):
     """One Verifier per device in `devices` ('cpu' or 'cuda:N'), each with its own warm sandbox worker.
 
+    workers_per_device: Verifiers per device, each with dirs and sandbox workers of its own (a lane);
+    more than one only for correctness (time_it=False) on a GPU: a timed candidate has its GPU alone,
+    or its speedup would measure its neighbours. On the CPU, timing is never done, so lanes are free.
     start_now: start every device's sandbox workers as the pool opens, all at once (default: on GPUs;
     on the CPU, where one worker serves, they start with the first verify as before).
     """
 
     def __init__(self, devices: Sequence[str], workspace: str | Path | None = None, start_now: bool | None = None,
-                 **verifier_options: Any):
+                 workers_per_device: int = 1, **verifier_options: Any):
         kinds = {split_device(d)[0] for d in devices}
         if not devices or len(kinds) != 1 or not kinds <= {"cpu", "cuda"} or len(set(devices)) != len(devices):
             raise PoolError(f"a local pool needs distinct devices of one kind ('cpu' or 'cuda:N'), got {list(devices)}")
         self.device = kinds.pop()
+        check_sharing(self.device, workers_per_device, verifier_options.get("time_it", True))
+        self.shared = workers_per_device > 1
         self.static_checks = verifier_options.get("static_checks", True)
         space = workspace_dir(workspace)
-        workers = [Verifier(device=self.device, gpu_index=split_device(d)[1], workspace=space, **verifier_options)
-                   for d in devices]
-        self._workers = _Workers(workers, devices)
+        slots = [d for d in devices for _ in range(workers_per_device)]
+        lanes = [lane for _ in devices for lane in range(workers_per_device)]
+        workers = [Verifier(device=self.device, gpu_index=split_device(d)[1], workspace=space, lane=lane,
+                            **verifier_options) for d, lane in zip(slots, lanes)]
+        self._workers = _Workers(workers, slots)
         if (self.device == "cuda") if start_now is None else start_now:
             self._start_all(workers)
 
@@ -408,11 +427,15 @@ class RayPool(VerifierPool):
 
 
 def make_pool(device: str = "auto", ray: str | None = None, *, workspace: str | Path | None = None,
-              **verifier_options: Any) -> VerifierPool:
+              workers_per_device: int = 1, **verifier_options: Any) -> VerifierPool:
     """The pool for `--device DEVICE [--ray ADDRESS]`: local GPUs (or the CPU) unless `ray` names a cluster.
+    workers_per_device > 1 (local only) needs time_it=False on a GPU (LocalPool).
 
     verifier_options go to every Verifier (strict, time_it, compile_timeout_s, run_timeout_s, ...).
     """
     if ray:
+        if workers_per_device != 1:
+            raise PoolError("--workers-per-gpu is for local GPUs; a Ray pool has one actor per GPU")
         return RayPool(ray, device, workspace=workspace, **verifier_options)
-    return LocalPool(local_devices(device), workspace=workspace, **verifier_options)
+    return LocalPool(local_devices(device), workspace=workspace, workers_per_device=workers_per_device,
+                     **verifier_options)

@@ -50,7 +50,7 @@ from kernelloop.tools.verify._runtime import (
     to_device,
 )
 from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs, tolerance_for
-from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, pool_indices
+from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, pool_indices, warm_fresh_values
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.tensor_files import save_sets
 
@@ -145,7 +145,7 @@ class ReferenceJob:
         self.pool: Pool | None = None
         self.buffers: list = []
         self.fresh: FreshRequest | None = None
-        self.fresh_timing = True
+        self.fresh_timing = False  # opt-in: set by a "timing" request that asks for it
         self.like: list = []
         self.kept: Kept | None = None
         self.window: Window | None = None  # the back-to-back windows' input sets, one per call
@@ -186,11 +186,12 @@ class ReferenceJob:
             # device memory before this one's are made (set by set, so the baselines' list keeps
             # its length and nothing recompiles).
             self.last_sets, self.pool, self.buffers, self.fresh, self.kept, self.window = [], None, [], None, None, None
+            self.like = []
             for index in range(len(self.sets)):
                 self.sets[index] = []
         sets, seeded = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
         extra: dict[str, Any] = {"init_inputs": self.init_inputs}
-        if request.get("variants"):
+        if request.get("variants") and request.get("fresh"):  # fresh timing (opt-in): the sets its values come from
             pool, donors = self._pool_for(sets, seeded, [int(s) for s in request.get("donor_seeds") or []])
             self.pool = Pool([to_device((sets + donors)[i], self.device) for i in pool])
             extra.update(pool=pool, donors=len(donors))
@@ -213,7 +214,7 @@ class ReferenceJob:
                 # so a multi-GB output never has a whole second copy on the host.
                 outputs.append([o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)])
         self.last_sets = sets
-        if request.get("variants"):
+        if request.get("variants") and request.get("fresh"):
             self.like = outputs[0]
         save_sets(request["inputs_path"], sets + donors, extra)
         save_sets(request["outputs_path"], outputs)
@@ -264,12 +265,14 @@ class ReferenceJob:
             with_compile = not {COMPILE, AUTOTUNE} & set(skip)
             fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
                                                                  self.full_baselines, with_compile=with_compile)
-            self._timing = rounds_on(self.device, fns, len(self.sets), prepare=self._prepare)
+            self._timing = rounds_on(self.device, fns, len(self.sets))
             on_gpu = self.device.startswith("cuda")
             self.roofline = roofline_of(self.eager, self.sets) if on_gpu else {}
         else:
             self.sets[:] = fresh_sets
         self._timing.n_input_sets = 1 if self.fresh_timing else len(self.sets)
+        # Without fresh timing (the default) nothing runs between timed calls, as before it.
+        self._timing.prepare = self._prepare if self.fresh_timing else None
 
     def _prepare(self, name: str, step: int) -> None:
         """Fresh values into the baselines' buffers before each timed call (none without fresh timing)."""
@@ -277,7 +280,7 @@ class ReferenceJob:
             self.fresh.fill(self.buffers, step * len(self._timing.names) + self._timing.names.index(name))
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.fresh_timing = bool(request.get("fresh", True))
+        self.fresh_timing = bool(request.get("fresh", False))
         self.build_baselines(list(request.get("skip") or ()))  # compiles nothing where warm_up built them
         if self.fresh_timing and self.pool is not None:
             self.kept = Kept(self._specs(), int(request.get("keep_calls") or 1), self.device)
@@ -298,7 +301,7 @@ class ReferenceJob:
         import importlib
         import sys
 
-        from kernelloop.tools.verify.harness import COMPILER_MODULES
+        from kernelloop.tools.verify.child import COMPILER_MODULES
 
         started = time.perf_counter()
         missing = [name for name in COMPILER_MODULES if name not in sys.modules]
@@ -356,19 +359,6 @@ class ReferenceJob:
             outputs.append([o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)])
         save_sets(request["outputs_path"], outputs)
         return {"sets": len(outputs)}
-
-
-def warm_fresh_values(pool: Pool, kept: Kept, device: str, window: Window | None = None) -> None:
-    """Before any request is timed: a request's random bits drawn once at the largest size, every
-    kept slot digested (on a GPU the digest kernel compiles), and a window's sets written once, so
-    the allocator holds their blocks and no timed window pays for a compile or a first allocation."""
-    request = pool.request(0, kept.calls)
-    if window is not None:
-        window.prepare(request)
-    kept.count = kept.calls
-    kept.digests()
-    kept.reset()
-    synchronize(device)
 
 
 def _nbytes(values: list) -> int:

@@ -122,16 +122,21 @@ class ReferenceServer:
         stderr = outcome.stderr_tail.strip().splitlines()
         return f"exited with code {outcome.exit_code}" + (f": {one_line(stderr[-1], 500)}" if stderr else "")
 
-    def make(self, seeds: list[int], variants: bool, donor_seeds: list[int] | None = None) -> Made:
+    def make(self, seeds: list[int], variants: bool, fresh: bool = False, donor_seeds: list[int] | None = None) -> Made:
         """Inputs for `seeds` and the reference's outputs on them, the outputs in this process only.
-        `donor_seeds`: for a new verification (`variants`), sets made only for fresh values to be
-        drawn from, where the seeds' own sets of one shape are fewer than two (fresh_values.py)."""
+        `fresh`: this verification times on fresh values (opt-in): the trusted job keeps the sets
+        they are drawn from, and `donor_seeds` are for a new verification (`variants`), sets made
+        only for fresh values to be drawn from, where the seeds' own sets of one shape are fewer
+        than two (fresh_values.py). Without it the request is as it was before fresh timing."""
         # Names nobody can guess: in plain mode a candidate could otherwise plant something there.
         tag = secrets.token_hex(8)
         inputs_path = self.job_dir / f"inputs-{tag}.sets"
         outputs_path = self.job_dir / f"outputs-{tag}.sets"
-        answer = self.ask("make", {"seeds": seeds, "variants": variants, "inputs_path": str(inputs_path),
-                                   "outputs_path": str(outputs_path), "donor_seeds": list(donor_seeds or [])})
+        request = {"seeds": seeds, "variants": variants, "inputs_path": str(inputs_path),
+                   "outputs_path": str(outputs_path)}
+        if fresh:
+            request.update(fresh=True, donor_seeds=list(donor_seeds or []))
+        answer = self.ask("make", request)
         outputs = self._outputs(outputs_path)
         self.ops = list(answer.get("ops") or self.ops)
         self.warnings = list(answer.get("warnings") or [])

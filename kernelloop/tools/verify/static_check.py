@@ -43,7 +43,8 @@ FORBIDDEN_SUBMODULES = ("torch.multiprocessing", "torch.distributed", "torch.hub
                         "torch.utils.data", "numpy.ctypeslib", "torch._dynamo", "torch._inductor",
                         "torch.package", "torch.xpu", "torch.utils.model_zoo", "torch.utils.tensorboard",
                         "triton.runtime.build", "triton.runtime.cache", "triton.tools", "numpy.f2py",
-                        "torch.utils.collect_env")  # its run() is a shell (the sandbox holds it; the lint says why)
+                        "torch.utils.collect_env",  # its run() is a shell (the sandbox holds it; the lint says why)
+                        "torch.utils.benchmark")  # Timer, Fuzzer: compile and run code strings (exec in disguise)
 FORBIDDEN_BUILTINS = frozenset({
     "eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars", "setattr",
     "delattr", "getattr", "breakpoint", "input", "exit", "quit", "help", "memoryview",
@@ -215,6 +216,95 @@ def check_imports(tree: ast.Module) -> str | None:
                 if why and part not in OVERRIDE_NAMES:
                     return (f"forbidden import: {module} (line {node.lineno}); `{part}` {why} "
                             "(even from an allowed package)")
+    return None
+
+
+# torch.utils.cpp_extension's builders write these arguments into build.ninja, whose commands run
+# through /bin/sh: a flag "-O2`id`" is a shell. So each must be written out in the call, as plain
+# flags and names (what every leaderboard solution does: [''], ['-O3'], ['--use_fast_math']).
+BUILDERS = {"load_inline": 4, "load": 2}  # builder -> how many leading arguments may be positional
+BUILD_TEXT_ARGUMENTS = frozenset({"name", "extra_cflags", "extra_cuda_cflags", "extra_sycl_cflags", "extra_ldflags",
+                                  "extra_include_paths", "build_directory"})
+SAFE_BUILD_TEXT = re.compile(r"[\w+\-=.,:/@%]*")
+
+
+def _builder(node: ast.AST, bindings: Bindings) -> str | None:
+    """`load_inline`/`load` of torch.utils.cpp_extension when `node` can be it: by its binding, or by
+    its spelling where the base is not an import (a module held in a variable)."""
+    path = bindings.qualified(node) or ""
+    if path.startswith("torch.utils.cpp_extension."):
+        name = path.rsplit(".", 1)[1]
+        return name if name in BUILDERS else None
+    spelled = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return "load_inline" if spelled == "load_inline" else None
+
+
+def _plain_build_text(value: ast.AST, listed: bool) -> bool:
+    items = value.elts if listed and isinstance(value, (ast.List, ast.Tuple)) else [value] if not listed else None
+    if items is None:
+        return isinstance(value, ast.Constant) and value.value is None
+    return all(isinstance(item, ast.Constant) and isinstance(item.value, str) and
+               SAFE_BUILD_TEXT.fullmatch(item.value) for item in items)
+
+
+def _written_once(value: ast.AST, bindings: Bindings, tree: ast.Module, passed: set[int]) -> ast.AST:
+    """`flags` -> the literal list of `flags = ['-O3']` when that is its only binding and it is read
+    only as a builder's argument (so nothing appends to it); otherwise `value` itself."""
+    if not isinstance(value, ast.Name):
+        return value
+    found = bindings.lookup(value)
+    if found.unknown or len(found.bindings) != 1 or found.bindings[0].kind != "assign":
+        return value
+    literal = found.bindings[0].value
+    reads = [node for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == value.id
+             and isinstance(node.ctx, ast.Load)]
+    return literal if literal is not None and all(id(node) in passed for node in reads) else value
+
+
+def check_build_arguments(tree: ast.Module) -> str | None:
+    """load_inline's name, flags and build dir: literal plain text, passed in the call itself (or
+    through a name bound once to such a literal and read nowhere else)."""
+    bindings = Bindings(tree)
+    passed = {id(keyword.value) for node in ast.walk(tree) if isinstance(node, ast.Call) and _builder(node.func, bindings)
+              for keyword in node.keywords}
+    called = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (builder := _builder(node.func, bindings)):
+            called.add(id(node.func))
+            where = f"{builder} at line {node.lineno}"
+            if len(node.args) > BUILDERS[builder] or any(isinstance(a, ast.Starred) for a in node.args):
+                return f"forbidden call: {where} takes its flags by keyword (ninja runs them through a shell)"
+            if any(keyword.arg is None for keyword in node.keywords):
+                return f"forbidden call: {where} with **arguments; write its flags out (ninja runs them through a shell)"
+            named: dict[str, ast.AST] = {keyword.arg: keyword.value for keyword in node.keywords if keyword.arg}
+            if node.args:
+                named.setdefault("name", node.args[0])
+            for argument, value in named.items():
+                value = _written_once(value, bindings, tree, passed)
+                if argument in BUILD_TEXT_ARGUMENTS and not _plain_build_text(value, argument.startswith("extra_")):
+                    return (f"forbidden call: {where}: `{argument}` must be written out as plain text (letters, digits "
+                            "and + - = . , : / @ %): ninja runs the build's flags through a shell")
+    for node in ast.walk(tree):  # held or handed on (partial(load_inline, ...)), its arguments go unread
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and id(node) not in called \
+                and (builder := _builder(node, bindings)):
+            return f"forbidden call: {builder} used at line {node.lineno} other than by a direct call"
+    return None
+
+
+def check_submodule_paths(tree: ast.Module) -> str | None:
+    """A forbidden submodule reached as an attribute instead of imported: `torch.utils.collect_env.run`
+    after `import torch`, which loads that module itself. Judged by what the chain's base is bound
+    to (an import of torch); a two-part path (utils.collect_env) is also refused by its spelling,
+    whatever the base, since no honest name chain holds it."""
+    bindings = Bindings(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        path, spelled = bindings.imported_path(node) or "", f".{_ref_path(node) or ''}."
+        for bad in FORBIDDEN_SUBMODULES:
+            inner = bad.split(".", 1)[1]
+            if path == bad or path.startswith(bad + ".") or ("." in inner and f".{inner}." in spelled):
+                return f"forbidden import: {bad}, reached as an attribute at line {node.lineno}"
     return None
 
 
@@ -844,6 +934,7 @@ CHECKS: tuple[tuple[Code, Callable[[ast.Module], str | None]], ...] = (
     # Most specific first: assigning to Tensor.__eq__ is a monkeypatch before it is a dunder access.
     (Code.forbidden_import, check_imports), (Code.try_except, check_try), (Code.reference_model, check_reference),
     (Code.monkeypatch, check_monkeypatch), (Code.stream_or_thread, check_streams), (Code.forbidden_call, check_calls),
+    (Code.forbidden_import, check_submodule_paths), (Code.forbidden_call, check_build_arguments),
 )
 
 

@@ -15,8 +15,13 @@ What comes from where:
 speed.judge_speed turns these into the verdict's speed: the candidate's event times count only
 where this process's clock bears them out.
 
-No input repeats: every timed call, the baselines' and the candidate's, runs on fresh values
-drawn from a secret seed sent with its request (fresh_values.py), so a memo (by address,
+Two ways, chosen per verification. Without fresh timing (the default, `checks` None), exactly
+as before fresh values existed (`_drive_plain`): the trial sets in turn, nothing run between
+timed calls, the back-to-back check one window each way; a candidate that recognises those sets
+can memoise (the gap docs/architecture.md states). With it (opt-in, `Verifier(fresh_timing=True)`,
+until benchmarks/fresh_values.py has measured it on a GPU; `_drive_fresh`), no input repeats:
+every timed call, the baselines' and the candidate's, runs on fresh values drawn from a secret
+seed sent with its request (fresh_values.py), so a memo (by address,
 `_version` or content) never meets values it has seen; outputs of the candidate's timed calls
 picked at random after each request are checked against the reference on the same values
 (timed_checks.py). Back to back, each call of a window has an input set of its own, all written
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from kernelloop.results import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
+from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify.kept_outputs import capacity
 from kernelloop.tools.verify.reference_server import ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
@@ -61,13 +67,13 @@ class Rehearsed:
     checked: int
 
 
-def _ask(session: JobSession, kind: str, request: dict) -> tuple[dict | None, float]:
+def _ask(session: JobSession, kind: str, request: dict, timed: bool = False) -> tuple[dict | None, float]:
     """One request to the candidate's child and its answer, with this process's clock (ms) around it
-    (the session's own checks kept out of it: JobSession.receive's `timed`)."""
+    (`timed`, fresh timing only: the session's own checks kept out of it, JobSession.receive's `timed`)."""
     started = time.perf_counter()
     if not session.send({kind: request}):
         return None, 0.0
-    message = session.receive(timed=True)
+    message = session.receive(timed=timed)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     answer = message.get(kind) if message else None
     return (answer if isinstance(answer, dict) else None), elapsed_ms
@@ -94,24 +100,103 @@ def _samples(answer: dict | None, names: list[str]) -> dict[str, list[float]] | 
 
 
 def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None = None,
-                 laps=None, timed: dict | None = None, checks: TimedChecks | None = None,
+                 laps: Stopwatch | None = None, timed: dict | None = None, checks: TimedChecks | None = None,
                  rehearse: bool = False) -> SpeedJudgement | TimedFailure | Rehearsed | str:
     """Time the candidate against its baselines on the sets the trusted job made last; a string
     when the candidate's child broke off or answered nonsense, a TimedFailure when a timed call
     failed its check (the caller turns either into a verdict). `cuda_index`: this process's index
     of the GPU being timed, for NVML (None: unknown). `skip`: torch.compile baselines not to
     compile (their times come from a cached record; the trusted job builds them anyway if it
-    already has). `laps`: a Laps to mark "baselines", "timing" and "profile" on; `timed` gets the
-    baselines timed ("timed") and their compile times. `checks`: fresh values for every timed
-    call and checks of calls picked at random (None: timing as it was before them, the trial
-    sets in turn, for benchmarks/fresh_values.py's "before"). `rehearse`: the CPU, for tests: the
+    already has). `laps`: the verification's Stopwatch to mark "baselines", "timing" and "profile"
+    on; `timed` gets the baselines timed ("timed") and their compile times. `checks`: fresh timing
+    (opt-in): fresh values for every timed call and checks of calls picked at random; None (the
+    default) times exactly as before them. `rehearse` (fresh timing only): the CPU, for tests: the
     same conversation on host clocks, no profile and no speed."""
-    keep_calls = capacity(checks.nbytes) if checks is not None else 0
-    fresh = checks is not None
+    if checks is None:
+        if rehearse:
+            raise ValueError("a timing rehearsal runs fresh timing: it needs checks")
+        return _drive_plain(session, server, cuda_index, skip, laps, timed)
+    return _drive_fresh(session, server, cuda_index, skip, laps, timed, checks, rehearse)
+
+
+def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None,
+                 laps: Stopwatch | None, timed: dict | None) -> SpeedJudgement | str:
+    """Timing without fresh values: the trial sets in turn, as before fresh timing existed (the same
+    requests to both children, in the same order, and the same measurement)."""
+    baseline_setup = server.ask("timing", {"skip": list(skip or [])})
+    if timed is not None:
+        timed.update(timed=[str(n) for n in baseline_setup.get("names") or []], compile_s=baseline_setup.get("compile_s") or {})
+    if laps is not None:
+        laps.lap("baselines")
+    setup, _ = _ask(session, "time", {})
+    if setup is None:
+        return "the candidate's process stopped answering when timing began"
+    names = [str(n) for n in baseline_setup["names"]]
+    candidate_names = ["candidate", "candidate_again"]
+    samples: dict[str, list[float]] = {name: [] for name in names + candidate_names}
+    parent_block_ms: list[float] = []
+    claimed_block_ms: list[float] = []
+    started = time.perf_counter()
+    with gpu.measure_around(_nvml_index(cuda_index)) as state:
+        rounds = FIRST_BLOCK_ROUNDS
+        while True:
+            baseline_block = server.ask("block", {"rounds": rounds})
+            answer, wall_ms = _ask(session, "block", {"rounds": rounds})
+            claimed = _samples(answer, candidate_names)
+            trusted = _samples(baseline_block, names)
+            if claimed is None or trusted is None or any(len(v) != rounds for v in (*claimed.values(), *trusted.values())):
+                return "the candidate's process answered a timing block with something other than its samples"
+            for name, values in {**claimed, **trusted}.items():
+                samples[name] += values
+            parent_block_ms.append(wall_ms)
+            claimed_block_ms.append(sum(claimed["candidate"]) + sum(claimed["candidate_again"]))
+            done = len(samples["candidate"])
+            total = sum(samples["candidate"])
+            if (done >= MIN_ROUNDS and (total >= MIN_CANDIDATE_MS or done >= MAX_ROUNDS)) or \
+                    time.perf_counter() - started > MAX_TIMED_S:
+                break
+            per_round = max(total / done, 1e-3)
+            wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - total) / per_round))
+            rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
+        # K calls of about BACK_TO_BACK_MS each way, sized by eager's time and by what a candidate
+        # call cost on this process's clock in the blocks (flush and hold included: an upper bound),
+        # so a candidate slow on the host is not called thousands of times.
+        eager_ms = sorted(samples["eager"])[len(samples["eager"]) // 2]
+        wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
+        calls = max(MIN_CALLS, min(MAX_CALLS, math.ceil(BACK_TO_BACK_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
+        _, eager_wall_ms = server.timed("back", {"name": "eager", "calls": calls})
+        answer, candidate_wall_ms = _ask(session, "back", {"calls": calls})
+        if answer is None:
+            return "the candidate's process stopped answering during the back-to-back check"
+    if laps is not None:
+        laps.lap("timing")
+    profile, _ = _ask(session, "profile", {})
+    if laps is not None:
+        laps.lap("profile")
+    claimed_profile = profile if isinstance(profile, dict) else {}
+    kernels, split = claimed_profile.get("kernels"), claimed_profile.get("kernel_split")
+    launches = claimed_profile.get("launches")
+    return judge_speed(Measurement(
+        samples_ms=samples,
+        host_ms_per_call={"candidate": candidate_wall_ms / calls, "eager": eager_wall_ms / calls},
+        back_to_back_calls=calls, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
+        compile_s=baseline_setup.get("compile_s") or {},
+        kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
+        kernel_split=split if isinstance(split, dict) else {},
+        launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
+        roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
+        phase_s={"timing": time.perf_counter() - started}))
+
+
+def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None,
+                 laps: Stopwatch | None, timed: dict | None, checks: TimedChecks,
+                 rehearse: bool) -> SpeedJudgement | TimedFailure | Rehearsed | str:
+    """Timing with fresh values and checks of timed calls (opt-in)."""
+    keep_calls = capacity(checks.nbytes)
     # Both set up at once: the child's (its buffers, and on a GPU the digest kernel's compile) while
     # the trusted job builds and warms the baselines.
-    asked = session.send({"time": {"fresh": fresh, "keep_calls": keep_calls}})
-    baseline_setup = server.ask("timing", {"skip": list(skip or []), "fresh": fresh, "keep_calls": keep_calls})
+    asked = session.send({"time": {"fresh": True, "keep_calls": keep_calls}})
+    baseline_setup = server.ask("timing", {"skip": list(skip or []), "fresh": True, "keep_calls": keep_calls})
     if timed is not None:
         timed.update(timed=[str(n) for n in baseline_setup.get("names") or []], compile_s=baseline_setup.get("compile_s") or {})
     if laps is not None:
@@ -132,7 +217,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         (some, with a probability, or all)."""
         seed = TimedChecks.seed()
         baseline_block = server.ask("block", {"rounds": rounds, "seed": TimedChecks.seed()})
-        answer, wall_ms = _ask(session, "block", {"rounds": rounds, "seed": seed})
+        answer, wall_ms = _ask(session, "block", {"rounds": rounds, "seed": seed}, timed=True)
         claimed = _samples(answer, candidate_names)
         trusted = _samples(baseline_block, names)
         if claimed is None or trusted is None or any(len(v) != rounds for v in (*claimed.values(), *trusted.values())):
@@ -142,8 +227,6 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
             samples[name] += values
         parent_block_ms.append(wall_ms)
         claimed_block_ms.append(sum(claimed["candidate"]) + sum(claimed["candidate_again"]))
-        if checks is None:
-            return None
         digests = TimedChecks.digests(answer, rounds)
         if digests is None:
             return "the candidate's process answered a timing block without a digest of each timed output"
@@ -172,7 +255,7 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
             rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
         # Under the reference's roofline: its speed counts only from calls checked one by one.
         floor_ms = (baseline_setup.get("roofline") or {}).get("floor_ms")
-        if checks is not None and floor_ms and statistics.median(samples["candidate"]) < floor_ms:
+        if floor_ms and statistics.median(samples["candidate"]) < floor_ms:
             failed = run_block(min(SCRUTINY_ROUNDS, keep_calls), check_all=True)
             if failed is not None:
                 return failed
@@ -182,39 +265,36 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         eager_ms = sorted(samples["eager"])[len(samples["eager"]) // 2]
         wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
         wanted = max(MIN_CALLS, min(MAX_CALLS, math.ceil(BACK_TO_BACK_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
-        calls, windows = wanted, 1
-        if checks is not None:
-            # Each call of a window on a set of its own (no refill between calls) where the sets
-            # fit in the window's memory; past that, as few calls as the check needs. Where that
-            # cuts the window short (large outputs: kept copies bound it too), up to MAX_WINDOWS
-            # windows, and each per-call time is the median over them: one window's stray
-            # milliseconds (a collection, a scheduler) can't make a device-bound kernel host-bound.
-            calls = max(1, min(wanted, keep_calls, max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)))
-            windows = max(1, min(MAX_WINDOWS, math.ceil(wanted / calls)))
+        # Each call of a window on a set of its own (no refill between calls) where the sets
+        # fit in the window's memory; past that, as few calls as the check needs. Where that
+        # cuts the window short (large outputs: kept copies bound it too), up to MAX_WINDOWS
+        # windows, and each per-call time is the median over them: one window's stray
+        # milliseconds (a collection, a scheduler) can't make a device-bound kernel host-bound.
+        calls = max(1, min(wanted, keep_calls, max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)))
+        windows = max(1, min(MAX_WINDOWS, math.ceil(wanted / calls)))
         walls: dict[str, list[float]] = {"eager": [], "overhead": [], "candidate": []}
         for _ in range(windows):
-            walls["eager"].append(_trusted_window(server, "eager", calls, checks is not None))
+            walls["eager"].append(_trusted_window(server, "eager", calls))
             # the per-call work besides the forward, alone: taken off eager's and the candidate's
-            walls["overhead"].append(_trusted_window(server, "overhead", calls, True) if checks is not None else 0.0)
+            walls["overhead"].append(_trusted_window(server, "overhead", calls))
             seed = TimedChecks.seed()
-            answer, candidate_wall_ms = _ask(session, "back", {"calls": calls, "seed": seed})
+            answer, candidate_wall_ms = _ask(session, "back", {"calls": calls, "seed": seed}, timed=True)
             if answer is None:
                 return "the candidate's process stopped answering during the back-to-back check"
             walls["candidate"].append(candidate_wall_ms)
-            if checks is not None:
-                digests = TimedChecks.digests(answer, calls)
-                if digests is None:
-                    return "the candidate's process answered the back-to-back check without a digest of each output"
-                picks = TimedChecks.pick(calls, BACK_PICKS if windows == 1 else 1)  # every window checked
-                failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
-                if failed is not None:
-                    return failed
+            digests = TimedChecks.digests(answer, calls)
+            if digests is None:
+                return "the candidate's process answered the back-to-back check without a digest of each output"
+            picks = TimedChecks.pick(calls, BACK_PICKS if windows == 1 else 1)  # every window checked
+            failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
+            if failed is not None:
+                return failed
         overhead_wall_ms = statistics.median(walls["overhead"])
         candidate_host_ms, eager_host_ms = (per_call_ms(walls[name], walls["overhead"], calls) for name in ("candidate", "eager"))
     if laps is not None:
         laps.lap("timing")
     if rehearse:
-        return Rehearsed(checked=checks.checked if checks is not None else 0)
+        return Rehearsed(checked=checks.checked)
     profile, _ = _ask(session, "profile", {})
     if laps is not None:
         laps.lap("profile")
@@ -225,8 +305,8 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         samples_ms=samples,
         host_ms_per_call={"candidate": candidate_host_ms, "eager": eager_host_ms},
         back_to_back_calls=calls * windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
-        fresh_overhead_ms_per_call=overhead_wall_ms / calls if checks is not None else None,
-        checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")) if checks is not None else None,
+        fresh_overhead_ms_per_call=overhead_wall_ms / calls,
+        checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")),
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
         kernel_split=split if isinstance(split, dict) else {},
@@ -241,10 +321,10 @@ def per_call_ms(walls_ms: list[float], overheads_ms: list[float], calls: int) ->
     return max(MIN_HOST_MS, statistics.median(w - o for w, o in zip(walls_ms, overheads_ms, strict=True)) / calls)
 
 
-def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool) -> float:
+def _trusted_window(server: ReferenceServer, name: str, calls: int) -> float:
     """This process's clock (ms) around one back-to-back window in the trusted job: eager's calls,
     or ("overhead") the per-call work alone, each with its window's values (fresh_values.Window)."""
-    _, wall_ms = server.timed("back", {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {})})
+    _, wall_ms = server.timed("back", {"name": name, "calls": calls, "seed": TimedChecks.seed()})
     return wall_ms
 
 

@@ -68,10 +68,10 @@ def trusted_cache_root(mode: str, candidate_root: Path | None = None) -> tuple[P
     root = base.resolve() if raw.lower() in ("", "on") else Path(raw).expanduser().resolve()
     if candidate_root is not None and (_within(root, candidate_root.resolve()) or _within(candidate_root.resolve(), root)):
         return None, f"trusted cache off: {root} overlaps the candidates' work dir {candidate_root}"
-    # Inside any workspace's candidates' dir (WORKSPACE/verifier/cpu, .../cuda0): candidates write
+    # Inside any workspace's candidates' dir (WORKSPACE/verifier/cpu, .../cuda0, .../cuda0-w1): candidates write
     # there. Told by the path alone, for the CLI's early bytecode use, before the workspace is known.
     parts = root.parts
-    if any(a == "verifier" and re.fullmatch(r"(cpu|cuda)\d*", b) for a, b in zip(parts, parts[1:])):
+    if any(a == "verifier" and re.fullmatch(r"(cpu|cuda)\d*(-w\d+)?", b) for a, b in zip(parts, parts[1:])):
         return None, f"trusted cache off: {root} is inside a candidates' work dir (WORKSPACE/verifier/DEVICE)"
     return root, f"trusted cache: {root}"
 

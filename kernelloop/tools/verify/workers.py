@@ -47,8 +47,9 @@ from kernelloop.sandbox.isolation import choose_mode
 from kernelloop.sandbox.runner import Zygote
 from kernelloop.tools.verify import precompile, trusted_cache
 
-JOB_MODULE = "kernelloop.tools.verify.harness"
-# The same names as harness.LAUNCH_COUNTER_MODULES and COMPILER_MODULES (the harness imports torch).
+CANDIDATE_MODULE = "kernelloop.tools.verify.harness"  # the candidate's child
+TRUSTED_MODULE = "kernelloop.tools.verify.trusted_child"  # reference jobs and baselines: never the harness
+# The same names as child.LAUNCH_COUNTER_MODULES and COMPILER_MODULES (child.py imports torch).
 LAUNCH_COUNTER_MODULES = ("torch.utils.cpp_extension", "triton.runtime.interpreter")
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx")
 DISPATCH_MODULES = ("torch._dynamo",)  # what the first dispatch mode or meta-device run imports
@@ -69,11 +70,12 @@ class WorkerSpec:
     preload_later: tuple[str, ...] = ()
     bytecode_dir: Path | None = None
     bytecode_writes: bool = False
+    module: str = TRUSTED_MODULE  # what its forked children run (sandbox/zygote.py)
 
     def start(self, wait: bool = True) -> Zygote:
         if self.bytecode_writes:  # the first time, the spare cores compile ahead of this worker's imports
             precompile.start(self.bytecode_dir)
-        return Zygote(JOB_MODULE, self.device, self.work_dir, self.gpu_index, hide=list(self.hide), standby=self.standby,
+        return Zygote(self.module, self.device, self.work_dir, self.gpu_index, hide=list(self.hide), standby=self.standby,
                       cache_dir=self.cache_dir, per_job_cache=self.per_job_cache, preload=self.preload,
                       preload_later=self.preload_later, wait=wait, bytecode_dir=self.bytecode_dir,
                       bytecode_writes=self.bytecode_writes)
@@ -94,9 +96,10 @@ class Layout:
 
 
 def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, time_it: bool,
-           isolation: str | None = None) -> Layout:
-    """`device` is 'cpu' or 'cuda' (resolved), `workspace` resolved."""
-    name = f"{device}{'' if gpu_index is None else gpu_index}"
+           isolation: str | None = None, lane: int = 0) -> Layout:
+    """`device` is 'cpu' or 'cuda' (resolved), `workspace` resolved. `lane`: which of several
+    Verifiers on one device (LocalPool's workers_per_device); each has dirs of its own."""
+    name = f"{device}{'' if gpu_index is None else gpu_index}{f'-w{lane}' if lane else ''}"
     root = workspace / "verifier" / name
     # The trusted job's files (reference outputs among them) live beside, never inside, the
     # candidates' work dir: where bubblewrap runs, the candidates' sandbox can't see them.
@@ -117,7 +120,7 @@ def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, t
     # Bytecode of torch and the rest, compiled once by the trusted worker, kept in the trusted cache.
     bytecode = trusted_cache.kept_bytecode_dir(cache_root)
     made.candidate = WorkerSpec(device, root, gpu_index, hide, standby, None, True, preload=preload,
-                                bytecode_dir=bytecode)
+                                bytecode_dir=bytecode, module=CANDIDATE_MODULE)
     later = tuple(m for m in COMPILER_MODULES if m not in DISPATCH_MODULES) if device == "cuda" and time_it else ()
     if bytecode is not None:
         # Only the trusted worker writes bytecode: it imports the candidates' worker's own preloads
