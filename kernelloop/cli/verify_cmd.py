@@ -164,6 +164,7 @@ def verify(
     json_out: bool = typer.Option(False, "--json", help="print the verdict as one JSON object"),
     strict: bool = typer.Option(False, help="reject any reference compute op still run through torch"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="measure speed (GPU only)"),
+    fresh_timing: bool = typer.Option(False, "--fresh-timing", help="every timed call on fresh values, outputs of timed calls picked at random checked (catches memos of inputs seen before); opt-in until measured on a GPU (benchmarks/fresh_values.py)"),
     timeout: float = typer.Option(defaults.VERIFY_TIMEOUT_S, min=1, help="seconds allowed for each of the compile "
                                   "and run phases"),
     workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
@@ -191,7 +192,8 @@ def verify(
         imports_s = time.perf_counter() - imports_started
         try:
             with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
-                                                     time_it=time_it, compile_timeout_s=timeout,
+                                                     time_it=time_it, fresh_timing=fresh_timing,
+                                                     compile_timeout_s=timeout,
                                                      run_timeout_s=timeout) as pool:
                 verdict = pool.verify(loaded_candidate, loaded_problem)
                 closing = time.perf_counter()

@@ -85,7 +85,7 @@ def test_fresh_values_on_the_gpu_are_remade_exactly_and_kept_copies_digest_alike
 def timed(tmp_path_factory):
     from kernelloop.tools.verify.verifier import Verifier
 
-    with Verifier(device="cuda", workspace=tmp_path_factory.mktemp("timed-checks")) as verifier:
+    with Verifier(device="cuda", workspace=tmp_path_factory.mktemp("timed-checks"), fresh_timing=True) as verifier:
         yield verifier
 
 
@@ -94,7 +94,7 @@ def unlinted(tmp_path_factory):
     from kernelloop.tools.verify.verifier import Verifier
 
     with Verifier(device="cuda", workspace=tmp_path_factory.mktemp("timed-checks-unlinted"),
-                  static_checks=False) as verifier:
+                  static_checks=False, fresh_timing=True) as verifier:
         yield verifier
 
 

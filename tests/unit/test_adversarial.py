@@ -19,6 +19,9 @@ with a header of comment lines:
     # honest: FILE   (its honest twin in tests/fixtures/honest/, same problem: where it is judged
     #         correct on a GPU, timed, it must read no faster than that kernel judged by the same
     #         verifier; a cheat may promise `correct` only with one: its trick is made pointless)
+    # fresh_timing: yes   (its promise, where it is timed, needs fresh timing, which is opt-in
+    #         (Verifier.fresh_timing): the memo fixtures and those attacking fresh timing itself;
+    #         check_fixture turns it on for them alone, every other fixture is timed as by default)
     # note: free text (repeatable)
 
 tests/fixtures/honest/ holds controls with the same header (`expect: correct`). All files run
@@ -54,7 +57,7 @@ TEST_PARENT_PID = os.getppid()
 
 REQUIRED_KEYS = ("trick", "problem", "expect", "reason", "gpu_only")
 OPTIONAL_KEYS = ("needs_timing", "expect_cpu", "reason_cpu", "must_not_create", "unlinted", "unlinted_reason",
-                 "not_fast", "honest", "note")
+                 "not_fast", "honest", "fresh_timing", "note")
 STATUSES = {status.value for status in Status}
 
 
@@ -79,6 +82,7 @@ class FixtureHeader:
     unlinted: tuple[Status, ...] = ()
     unlinted_reasons: tuple[str, ...] = ()
     not_fast: bool = False
+    fresh_timing: bool = False
     honest: Path | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -148,6 +152,7 @@ def parse_header(path: Path) -> FixtureHeader:
         unlinted=tuple(_status(v.strip(), path) for v in fields.get("unlinted", "").split("|") if v.strip()),
         unlinted_reasons=_reasons(fields["unlinted_reason"], path) if "unlinted_reason" in fields else (),
         not_fast=_yes_no(fields.get("not_fast", "no"), "not_fast", path),
+        fresh_timing=_yes_no(fields.get("fresh_timing", "no"), "fresh_timing", path),
         honest=honest,
         notes=tuple(notes),
     )
@@ -189,6 +194,7 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
     header = parse_header(path)
     if header.must_not_create is not None:
         header.must_not_create.unlink(missing_ok=True)
+    verifier.fresh_timing = header.fresh_timing  # opt-in: only where the promise needs it (read per verification)
     verdict = verifier.verify(Candidate.from_file(path), Problem.from_file(header.problem))
     # Containment first: a leak or an escaped file matters even when the verdict is also wrong.
     assert SECRET not in verdict_text(verdict), f"{path.name}: the API key leaked into the verdict"
@@ -209,17 +215,18 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
 HONEST_SPEED_SLACK = 0.25  # two verifications of one kernel differ by well under this; a memo that hits reads several times faster
 
 
-def assert_no_faster_than_honest(verifier, path: Path, verdict: Verdict, speeds: dict[Path, float]) -> None:
+def assert_no_faster_than_honest(verifier, path: Path, verdict: Verdict, speeds: dict[tuple[Path, bool], float]) -> None:
     """A cheat with an honest twin, judged correct and timed, reads no faster than that twin judged by
     the same verifier (`speeds` keeps each twin's speedup, measured once)."""
     header = parse_header(path)
     if header.honest is None or verdict.status is not Status.correct or verdict.speedup is None:
         return
-    if header.honest not in speeds:
+    key = (header.honest, verifier.fresh_timing)  # the twin timed the way the cheat was
+    if key not in speeds:
         twin = verifier.verify(Candidate.from_file(header.honest), Problem.from_file(header.problem))
         assert twin.status is Status.correct and twin.speedup is not None, f"{header.honest.name}: {twin.reason}"
-        speeds[header.honest] = twin.speedup
-    honest = speeds[header.honest]
+        speeds[key] = twin.speedup
+    honest = speeds[key]
     assert verdict.speedup <= honest * (1 + HONEST_SPEED_SLACK), (
         f"{path.name}: {verdict.speedup:.3f}x ({verdict.speed_source}) against its honest twin's {honest:.3f}x: "
         f"the trick pays off; {verdict.warnings}")

@@ -314,7 +314,7 @@ def test_the_trusted_job_adds_a_donor_set_where_a_problem_gets_one_trial_set_and
     from kernelloop.tools.verify.reference_job import ReferenceJob
 
     job = ReferenceJob({"device": "cpu", "problem_path": str(PROBLEMS / "matmul.py")})
-    job.make({"seeds": [5], "variants": True, "donor_seeds": [6], "inputs_path": str(tmp_path / "in.sets"),
+    job.make({"seeds": [5], "variants": True, "fresh": True, "donor_seeds": [6], "inputs_path": str(tmp_path / "in.sets"),
               "outputs_path": str(tmp_path / "out.sets")})
     sets, extra = read_sets(str(tmp_path / "in.sets"))
     assert extra["donors"] == 1 and extra["pool"] == [0, 1] and len(sets) == 2
@@ -325,7 +325,7 @@ def test_the_trusted_job_adds_a_donor_set_where_a_problem_gets_one_trial_set_and
     assert torch.allclose(remade, a @ b)
 
     three = ReferenceJob({"device": "cpu", "problem_path": str(PROBLEMS / "tril_matmul.py")})
-    three.make({"seeds": [1, 2, 3], "variants": True, "donor_seeds": [4], "inputs_path": str(tmp_path / "in3.sets"),
+    three.make({"seeds": [1, 2, 3], "variants": True, "fresh": True, "donor_seeds": [4], "inputs_path": str(tmp_path / "in3.sets"),
                 "outputs_path": str(tmp_path / "out3.sets")})
     sets, extra = read_sets(str(tmp_path / "in3.sets"))
     # the variant (not triangular) sits before the last seed's set and is no donor of values; no donor is needed
@@ -340,7 +340,7 @@ def rehearsal(tmp_path_factory):
     """The Verifier on the CPU running the timing phase's conversation (host clocks, no speed)."""
     from kernelloop.tools.verify.verifier import Verifier
 
-    with Verifier(device="cpu", workspace=tmp_path_factory.mktemp("rehearsal"), rehearse_timing=True,
+    with Verifier(device="cpu", workspace=tmp_path_factory.mktemp("rehearsal"), fresh_timing=True, rehearse_timing=True,
                   static_checks=False, compile_timeout_s=60.0, run_timeout_s=120.0) as verifier:
         yield verifier
 
