@@ -1,4 +1,7 @@
-"""What fresh values for every timed call cost, and what they change in the verdicts (GPU).
+"""What fresh values for every timed call cost, and what they change in the verdicts (GPU): the
+benchmark that decides whether fresh timing (opt-in today, Verifier(fresh_timing=True)) becomes the
+default. Honest speedups (b) must stay where they are with it off, as the GPU test
+tests/gpu/test_timed_checks_gpu.py asks (within 3%), before it does.
 
 One warm Verifier, one process, alternating; (c) runs before (b), so a tight --budget-s leaves out
 starters, not memos:
@@ -7,7 +10,7 @@ starters, not memos:
     at its start (fresh_values.Window, per call), keeping a copy of the output and its share of
     the digests, by CUDA events (device) and the host clock, beside the reference's forward;
 (b) each shipped example and attention starter verified with fresh timing off (the trial sets in
-    turn, no kept outputs, no checks: Verifier.fresh_timing=False, which nothing else uses) and
+    turn, no kept outputs, no checks: Verifier.fresh_timing=False, the default) and
     on, alternating (off then on, or on then off, by turns): eager's event median, the speedup, its
     source, the fixed cost (cost_s["fixed_s"]) and the timing phase's seconds;
 (c) every memo fixture (tests/fixtures/cheats/memo_*.py) and precompute_from_request_seed.py with

@@ -26,6 +26,7 @@ from kernelloop.cli._common import (
     BUDGET_HELP,
     DEVICE_HELP,
     DISK_ERRNOS,
+    FRESH_TIMING_HELP,
     SETTINGS_NOTE,
     WORKSPACE_HELP,
     device_flag,
@@ -179,7 +180,7 @@ def bench(
                                              "or a KernelBench checkout's level{L}/{N}_Name.py"),
     baselines_only: bool = typer.Option(False, "--baselines-only", help="time eager, compile and problem baselines only"),
     timing: bool = typer.Option(True, "--timing/--no-timing", help="--no-timing: correctness only, no speed measured"),
-    fresh_timing: bool = typer.Option(False, "--fresh-timing", help="every timed call on fresh values, outputs of timed calls picked at random checked (catches memos of inputs seen before); opt-in until measured on a GPU (benchmarks/fresh_values.py)"),
+    fresh_timing: bool = typer.Option(False, "--fresh-timing", help=FRESH_TIMING_HELP),
     workers_per_gpu: int = typer.Option(1, "--workers-per-gpu", min=1, help="verifier workers sharing each GPU "
                                         "(more than 1 needs --no-timing: a timed candidate has its GPU alone)"),
     stop_after: str | None = typer.Option(None, "--stop-after", help="start no candidate after this long (e.g. 8m); "

@@ -22,6 +22,7 @@ from kernelloop import defaults
 from kernelloop.cli._app import app
 from kernelloop.cli._common import (
     DEVICE_HELP,
+    FRESH_TIMING_HELP,
     SETTINGS_NOTE,
     WORKSPACE_HELP,
     device_flag,
@@ -164,7 +165,7 @@ def verify(
     json_out: bool = typer.Option(False, "--json", help="print the verdict as one JSON object"),
     strict: bool = typer.Option(False, help="reject any reference compute op still run through torch"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="measure speed (GPU only)"),
-    fresh_timing: bool = typer.Option(False, "--fresh-timing", help="every timed call on fresh values, outputs of timed calls picked at random checked (catches memos of inputs seen before); opt-in until measured on a GPU (benchmarks/fresh_values.py)"),
+    fresh_timing: bool = typer.Option(False, "--fresh-timing", help=FRESH_TIMING_HELP),
     timeout: float = typer.Option(defaults.VERIFY_TIMEOUT_S, min=1, help="seconds allowed for each of the compile "
                                   "and run phases"),
     workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),

@@ -62,7 +62,7 @@ class LaunchCounter:
         # launch is given gets noise first (originals kept in `saved`, put back by `restore`).
         self.mode: str | None = None
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._runs: dict[type, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
+        self._runs: dict[Any, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
         self._own_let_through = False
 
     def install(self) -> None:
