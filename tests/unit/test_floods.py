@@ -105,6 +105,8 @@ def test_a_timed_wait_walks_the_job_dir_only_while_no_message_has_come(tmp_path,
     session = runner.JobSession(zygote, 1, held, 0.0, 10.0, 10.0)
     session.disk_budget_bytes = 1 << 30
     monkeypatch.setattr(runner, "dir_usage", lambda path, most: walks.append(True) or 0)
+    held: list[bool] = []  # the held-file count (held_files.py) goes with the walk
+    monkeypatch.setattr(session, "_held_unlinked_bytes", lambda: held.append(True) or 0)
     queue.append({"msg": json.dumps({"block": {}})})
     assert session.receive(timed=True) == {"block": {}} and walks == []
     queue.extend([None, {"msg": json.dumps({"back": {}})}])
@@ -112,3 +114,4 @@ def test_a_timed_wait_walks_the_job_dir_only_while_no_message_has_come(tmp_path,
     session._disk_checked_at = 0.0
     queue.append({"msg": json.dumps({"pick": {}})})
     assert session.receive() == {"pick": {}} and walks == [True, True]  # untimed: checked as before
+    assert held == walks
