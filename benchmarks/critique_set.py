@@ -2,11 +2,11 @@
 must contain. Fault -> facts found -> missed, as a table (docs/results/critique_set/README.md).
 
   # on a GPU node (torch, triton, nvidia-ml-py only: no pydantic, so no critic here):
-  python benchmarks/critique_set.py --record OUT [--part faults|examples]   # timed, ncu where permitted
+  python benchmarks/critique_set.py --record OUT [--part faults|examples|correctness]   # timed, ncu where permitted
   # here (the critic needs pydantic), from those raw files:
   python benchmarks/critique_set.py --report OUT          # writes docs/results/critique_set/
   # the CPU faults, end to end on this machine (TRITON_INTERPRET=1):
-  python benchmarks/critique_set.py --cpu
+  python benchmarks/critique_set.py --cpu [--runs 5] [--other-runs 1]   # other seeds, other poisons each run
 
 --record writes OUT/faults/<name>.json and OUT/examples/<name>.json: the verdict as the verifier
 made it (its profile with Nsight Compute's facts where ncu may read the counters, or why not), and
@@ -39,6 +39,7 @@ class Fault:
     problem: Path
     where: str  # "cpu": a correctness fault, judged on the CPU (and the GPU); "gpu": needs a timed run
     facts: tuple[str, ...]  # lowercase substrings the critique must contain
+    causes: tuple[str, ...] = ()  # the causes (agents/causes.py keys) it may offer: any other is a wrong cause
 
     @property
     def candidate(self) -> Path:
@@ -46,17 +47,19 @@ class Fault:
 
 
 FAULTS: tuple[Fault, ...] = (
-    Fault("missing_tail_mask", PROBLEMS / "scale_1d.py", "cpu", ("only the tail is wrong", "cdiv", "mask")),
-    Fault("wrong_stride", PROBLEMS / "scale_rows.py", "cpu", ("only row 0 is right", "row stride")),
-    Fault("off_by_one_block", PROBLEMS / "scale_1d.py", "cpu", ("of every block of 128", "off-by-one")),
+    Fault("missing_tail_mask", PROBLEMS / "scale_1d.py", "cpu", ("only the tail is wrong", "cdiv", "mask"),
+          ("tail_mask",)),
+    Fault("wrong_stride", PROBLEMS / "scale_rows.py", "cpu", ("only row 0 is right", "row stride"), ("row_stride",)),
+    Fault("off_by_one_block", PROBLEMS / "scale_1d.py", "cpu", ("of every block of 128", "off-by-one"),
+          ("block_boundary",)),
     Fault("softmax_no_max", ROOT / "tests" / "fixtures" / "problems" / "softmax.py", "cpu",
-          ("nan appears in", "every row", "overflow", "subtract the row max")),
+          ("nan appears in", "every row", "overflow", "subtract the row max"), ("overflow",)),
     Fault("fp16_accumulation", PROBLEMS / "rowsum_fp16.py", "cpu",
-          ("accumulate in float32", "median relative error")),
+          ("accumulate in float32", "median relative error"), ("precision",)),
     Fault("race_across_programs", PROBLEMS / "cumsum_rows.py", "cpu",
-          ("whole blocks of", "race across programs")),
+          ("differs between two runs", "race across programs"), ("race",)),
     Fault("irregular_shapes_only", PROBLEMS / "scale_rows_variants.py", "cpu",
-          ("only the irregular shapes", "mask every load and store")),
+          ("only the irregular shapes", "mask every load and store"), ("irregular_mask",)),
     Fault("decoy_beside_library", PROBLEMS / "matmul_relu.py", "cpu",
           ("leaves the work to torch", "into your kernel")),
     Fault("uncoalesced_loads", PROBLEMS / "scale_big.py", "gpu",
@@ -66,7 +69,30 @@ FAULTS: tuple[Fault, ...] = (
     Fault("bank_conflicts", PROBLEMS / "transpose.py", "gpu", ("shared-memory bank conflicts",)),
     Fault("host_bound_loop", PROBLEMS / "scale_many_rows.py", "gpu", ("host-bound", "launch fewer kernels")),
     Fault("slow_20pct_roofline", PROBLEMS / "scale_big.py", "gpu", ("far from the memory roofline",)),
+    # Memory never written, and written but wrong in a way the reference explains (issue 30).
+    Fault("unwritten_row_tail", PROBLEMS / "scale_rows.py", "cpu",
+          ("never written: columns 64-95 (of 96) were never written, in every row", "narrower than the row"),
+          ("row_wider_than_block",)),
+    Fault("partial_reduction", PROBLEMS / "softmax_wide.py", "cpu",
+          ("never written: columns 512-999 (of 1000) were never written, in every row",
+           "off by a constant factor per row", "covers only part of the row"),
+          ("row_wider_than_block", "partial_reduction")),
+    Fault("transposed_store", PROBLEMS / "scale_rows.py", "cpu",
+          ("every element was written", "the output holds the reference transposed", "strides are swapped"),
+          ("transposed",)),
+    Fault("per_row_scale", PROBLEMS / "l2norm_rows.py", "cpu",
+          ("every element was written", "off by a constant factor per row", "covers only part of the row"),
+          ("partial_reduction",)),
+    Fault("off_by_one_row", PROBLEMS / "scale_rows.py", "cpu",
+          ("never written: row 0 (of 64) was never written", "row i holds what row i-1 should", "off by one row"),
+          ("row_shift", "unwritten_rows")),
+    Fault("needs_zeroed_output", PROBLEMS / "scale_1d.py", "cpu",
+          ("every element was written", "move with what the output memory held before the call",
+           "reads the output before writing it"), ("reads_output_first",)),
 )
+# The faults of memory never written or written but related (issue 30): verified --runs times each on the CPU.
+UNWRITTEN_OR_RELATED = ("unwritten_row_tail", "partial_reduction", "transposed_store", "per_row_scale",
+                        "off_by_one_row", "needs_zeroed_output")
 EXAMPLES = ROOT / "examples" / "candidates"
 EXAMPLE_PROBLEMS = ROOT / "kernelloop" / "evals" / "problems"
 
@@ -74,6 +100,33 @@ EXAMPLE_PROBLEMS = ROOT / "kernelloop" / "evals" / "problems"
 def found_and_missed(fault: Fault, text: str) -> tuple[list[str], list[str]]:
     lowered = text.lower()
     return [f for f in fault.facts if f in lowered], [f for f in fault.facts if f not in lowered]
+
+
+def _localisation(verdict_dump: dict):
+    from kernelloop.results import Verdict
+
+    return Verdict.model_validate(verdict_dump).localisation
+
+
+def wrong_causes(fault: Fault, text: str, verdict_dump: dict) -> list[str]:
+    """The causes `text` offers whose facts do not hold in the verdict, or that are not this fault's."""
+    from kernelloop.agents.causes import named_in, wrongly_named
+
+    unfounded = wrongly_named(text, _localisation(verdict_dump))
+    foreign = [cause.key for cause in named_in(text) if cause.key not in fault.causes]
+    return sorted(set(unfounded) | set(foreign))
+
+
+def stable_words(verdict_dump: dict, text: str) -> list[str]:
+    """What must read the same whatever poison and seeds were drawn: the causes offered and the
+    reruns' facts (the unwritten region, the relation); the whole critique without a localisation."""
+    from kernelloop.agents.causes import offered
+    from kernelloop.tools.verify.localise import rerun_facts
+
+    loc = _localisation(verdict_dump)
+    if loc is None:
+        return [text]
+    return [cause.says(loc) for cause in offered(loc)] + rerun_facts(loc)
 
 
 # --------------------------------------------------------------------------- on the GPU: raw files
@@ -119,7 +172,8 @@ def record(out: Path, with_ncu: bool, parts: tuple[str, ...] = ("faults", "examp
         (out / sub).mkdir(parents=True, exist_ok=True)
     (out / "provenance.json").write_text(json.dumps(provenance, indent=1))
     with tempfile.TemporaryDirectory() as workspace, Verifier(device=device, workspace=Path(workspace)) as verifier:
-        for fault in FAULTS if "faults" in parts else ():
+        chosen = FAULTS if "faults" in parts else [f for f in FAULTS if f.where == "cpu"] if "correctness" in parts else ()
+        for fault in chosen:
             if (out / "faults" / f"{fault.name}.json").is_file():  # a run cut by the call's limit goes on
                 continue
             raw = _verify(verifier, fault.candidate, fault.problem, with_ncu)
@@ -153,6 +207,21 @@ def critique_text(verdict_dump: dict, name: str) -> str:
     return "\n".join([*critique.findings, critique.for_coder("r1c0")])
 
 
+def _before_reruns(verdict_dump: dict) -> bool:
+    """A wrong output recorded before the verifier reran failed sets: its localisation lacks the
+    facts (unwritten, moved, related) the critic's causes now need."""
+    loc = verdict_dump.get("localisation")
+    return isinstance(loc, dict) and not loc.get("reruns")
+
+
+WRONG_CAUSES_NOTE = ("`wrong causes offered`: the causes the critique names (agents/causes.py, by their words) whose "
+                     "facts do not hold in the verdict, or that are not the fault's own (FAULTS, `causes`).")
+
+
+def _wrong_cell(wrong: list[str]) -> str:
+    return f"{len(wrong)} ({', '.join(wrong)})" if wrong else "0"
+
+
 def _ncu_cell(raw: dict) -> str:
     """Whether Nsight Compute's facts reached this critique, and what it cost."""
     profile = raw["verdict"].get("profile") or {}
@@ -176,23 +245,31 @@ def _provenance_lines(raws: list[dict]) -> list[str]:
 
 def report(raw_dir: Path, docs: Path = DOCS) -> int:
     """Write the table and every critique from the raw files; the number of facts missed."""
-    rows, raws, missed_total = [], [], 0
+    rows, raws, missed_total, wrong_total, waiting = [], [], 0, 0, []
     (docs / "faults").mkdir(parents=True, exist_ok=True)
     (docs / "examples").mkdir(parents=True, exist_ok=True)
     for fault in FAULTS:
         path = raw_dir / "faults" / f"{fault.name}.json"
         if not path.is_file():
-            rows.append(f"| {fault.name} | {fault.where} | - | - | not recorded | {', '.join(fault.facts)} |")
-            missed_total += len(fault.facts)
+            rows.append(f"| {fault.name} | {fault.where} | - | - | not recorded on a GPU yet | - | - |")
+            waiting.append(fault.name)
             continue
         raw = json.loads(path.read_text())
         raws.append(raw)
         text = critique_text(raw["verdict"], fault.name)
+        if _before_reruns(raw["verdict"]):
+            rows.append(f"| {fault.name} | {fault.where} | {raw['verdict']['status']} ({raw['verdict']['code']}) | "
+                        f"{_ncu_cell(raw)} | recorded before the verifier reran failed sets: to record again | - | - |")
+            waiting.append(fault.name)
+            (docs / "faults" / f"{fault.name}.md").write_text(f"# {fault.name}\n\n```\n{text}\n```\n")
+            continue
         found, missed = found_and_missed(fault, text)
+        wrong = wrong_causes(fault, text, raw["verdict"])
         missed_total += len(missed)
+        wrong_total += len(wrong)
         verdict = raw["verdict"]
         rows.append(f"| {fault.name} | {fault.where} | {verdict['status']} ({verdict['code']}) | {_ncu_cell(raw)} | "
-                    f"{'; '.join(found) or '-'} | {'; '.join(missed) or 'none'} |")
+                    f"{'; '.join(found) or '-'} | {'; '.join(missed) or 'none'} | {_wrong_cell(wrong)} |")
         (docs / "faults" / f"{fault.name}.md").write_text(f"# {fault.name}\n\n```\n{text}\n```\n")
     example_rows = []
     for path in sorted((raw_dir / "examples").glob("*.json")):
@@ -211,42 +288,67 @@ def report(raw_dir: Path, docs: Path = DOCS) -> int:
              "", "Each fault has one known cause (its file's header in tests/fixtures/faulty_kernels/); the facts are "
              "lowercase substrings its critique must contain (benchmarks/critique_set.py, FAULTS). "
              "`ncu`: whether Nsight Compute's counters reached the critique (on request here, as `profile --ncu` runs "
-             "it; in the loop it runs on the best candidate of a round within 10% of the run's wall clock).", "",
-             "| fault | kind | verdict (code) | ncu | facts the critique found | missed |", "|---|---|---|---|---|---|",
-             *rows, "", f"Facts missed: {missed_total}.", "",
+             "it; in the loop it runs on the best candidate of a round within 10% of the run's wall clock). "
+             f"{WRONG_CAUSES_NOTE}", "",
+             "| fault | kind | verdict (code) | ncu | facts the critique found | missed | wrong causes offered |",
+             "|---|---|---|---|---|---|---|",
+             *rows, "", f"Facts missed: {missed_total}. Wrong causes offered: {wrong_total}."
+             + (f" Not judged here until recorded on a GPU (`--record OUT --part correctness`): {', '.join(waiting)}; "
+                "their CPU runs: cpu.md." if waiting else ""), "",
              "## The shipped example kernels", "", "Each one's critique, as the coder would see it:", "",
              "| example | verdict | ncu |", "|---|---|---|", *example_rows, ""]
     (docs / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return missed_total
+    return missed_total + wrong_total
 
 
-def run_cpu(docs: Path = DOCS) -> int:
-    """The correctness faults on this machine's CPU (Triton interpreter), written to
-    docs/results/critique_set/cpu.md with each critique; the facts missed."""
+def run_cpu(docs: Path = DOCS, runs: int = 5, other_runs: int = 1) -> int:
+    """The correctness faults on this machine's CPU (Triton interpreter), those of UNWRITTEN_OR_RELATED
+    verified `runs` times and the others `other_runs` times (each with its own secret seeds and
+    poisons), written to docs/results/critique_set/cpu.md with the first run's critique; the facts
+    missed plus the wrong causes offered over every run, plus the faults whose words changed."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
     from kernelloop.problem import Candidate, Problem
     from kernelloop.tools.verify.verifier import Verifier
 
-    missed_total, rows, critiques = 0, [], []
+    missed_total = wrong_total = unstable = 0
+    rows, critiques = [], []
     with tempfile.TemporaryDirectory() as workspace, Verifier(device="cpu", workspace=Path(workspace)) as verifier:
         for fault in (f for f in FAULTS if f.where == "cpu"):
-            verdict = verifier.verify(Candidate.from_file(fault.candidate), Problem.from_file(fault.problem))
-            text = critique_text(verdict.model_dump(), fault.name)
-            found, missed = found_and_missed(fault, text)
-            missed_total += len(missed)
-            rows.append(f"| {fault.name} | {verdict.status.value} ({verdict.code.value}) | {'; '.join(found) or '-'} | "
-                        f"{'; '.join(missed) or 'none'} |")
-            critiques.append(f"## {fault.name}\n\n```\n{text}\n```\n")
+            texts, words, missed, wrong, verdict = [], [], set(), set(), None
+            count = runs if fault.name in UNWRITTEN_OR_RELATED else other_runs
+            for _ in range(count):
+                verdict = verifier.verify(Candidate.from_file(fault.candidate), Problem.from_file(fault.problem))
+                text = critique_text(verdict.model_dump(), fault.name)
+                texts.append(text)
+                words.append(stable_words(verdict.model_dump(), text))
+                missed |= set(found_and_missed(fault, text)[1])
+                wrong |= set(wrong_causes(fault, text, verdict.model_dump()))
+            assert verdict is not None
+            same = all(w == words[0] for w in words)
+            missed_total, wrong_total, unstable = missed_total + len(missed), wrong_total + len(wrong), unstable + (not same)
+            found = [f for f in fault.facts if f not in missed]
+            rows.append(f"| {fault.name} | {count} | {verdict.status.value} ({verdict.code.value}) | "
+                        f"{'; '.join(found) or '-'} | {'; '.join(sorted(missed)) or 'none'} | "
+                        f"{_wrong_cell(sorted(wrong))} | {('yes' if same else 'no') if count > 1 else '-'} |")
+            critiques.append(f"## {fault.name}\n\n```\n{texts[0]}\n```\n")
             print(rows[-1], flush=True)
     docs.mkdir(parents=True, exist_ok=True)
     (docs / "cpu.md").write_text("\n".join([
         "# The critique-quality set: correctness faults on the CPU", "",
-        f"`python benchmarks/critique_set.py --cpu` on {platform.node()} ({platform.processor() or 'CPU'}), Triton's "
-        f"interpreter, {time.strftime('%Y-%m-%d')}.", "",
-        "| fault | verdict (code) | facts the critique found | missed |", "|---|---|---|---|", *rows, "",
-        f"Facts missed: {missed_total}.", "", *critiques]))
-    return missed_total
+        f"`python benchmarks/critique_set.py --cpu --runs {runs} --other-runs {other_runs}` on {platform.node()} "
+        f"({platform.processor() or 'CPU'}), Triton's interpreter, {time.strftime('%Y-%m-%d')}: the faults of memory "
+        f"never written or related to the reference ({', '.join(UNWRITTEN_OR_RELATED)}) verified {runs} times each, "
+        f"the others {other_runs}, each time with its own secret input seeds and its own poisons (the finite values "
+        "the verifier fills the output memory with when it runs a failed set twice more). A fact counts as found when "
+        f"every run's critique holds it, a cause as wrong when any run's offers it. {WRONG_CAUSES_NOTE} `same words`: "
+        "whether every run named the same causes and the same reruns' facts (the unwritten region, the relation) in "
+        "the same words.", "",
+        "| fault | runs | verdict (code) | facts the critique found | missed | wrong causes offered | same words |",
+        "|---|---|---|---|---|---|---|", *rows, "",
+        f"Facts missed: {missed_total}. Wrong causes offered: {wrong_total}. Faults whose words changed between runs: "
+        f"{unstable}.", "", "The first run's critique of each fault:", "", *critiques]))
+    return missed_total + wrong_total + unstable
 
 
 def main() -> int:
@@ -255,14 +357,16 @@ def main() -> int:
     mode.add_argument("--record", type=Path, metavar="OUT")
     mode.add_argument("--report", type=Path, metavar="OUT")
     mode.add_argument("--cpu", action="store_true")
+    parser.add_argument("--runs", type=int, default=5, help="with --cpu: verifications of each unwritten/related fault")
+    parser.add_argument("--other-runs", type=int, default=1, help="with --cpu: verifications of each other fault")
     parser.add_argument("--no-ncu", action="store_true", help="with --record: skip Nsight Compute")
-    parser.add_argument("--part", choices=("faults", "examples"), help="with --record: only one half (each fits "
-                        "a 10-minute call)")
+    parser.add_argument("--part", choices=("faults", "examples", "correctness"),
+                        help="with --record: only one half (each fits a 10-minute call), or only the correctness faults")
     args = parser.parse_args()
     if args.record:
         record(args.record, with_ncu=not args.no_ncu, parts=(args.part,) if args.part else ("faults", "examples"))
         return 0
-    return 1 if (report(args.report) if args.report else run_cpu()) else 0
+    return 1 if (report(args.report) if args.report else run_cpu(runs=args.runs, other_runs=args.other_runs)) else 0
 
 
 if __name__ == "__main__":

@@ -7,20 +7,10 @@ KERNELLOOP_API_KEY, KERNELLOOP_HOME (docs/architecture.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import BaseModel, Field, SecretStr
 
 from kernelloop.settings import ConfigError, load_settings  # noqa: F401  (ConfigError re-exported)
-from kernelloop.workspace import DEFAULT_WORKSPACE  # noqa: F401  (re-exported)
-
-
-def workspace_dir(explicit: str | Path | None = None) -> Path:
-    """The workspace (checkpoint DB, run dirs, caches): the argument, else KERNELLOOP_HOME / .env /
-    kernelloop.toml's `home`, else ./.kernelloop. (The verifier alone reads only the environment:
-    workspace.py, which needs no pydantic.)"""
-    home = Path(explicit) if explicit is not None else load_settings().home
-    return home.expanduser().resolve()
+from kernelloop.workspace import DEFAULT_WORKSPACE, workspace_dir  # noqa: F401  (re-exported: the one resolution)
 
 
 class EndpointConfig(BaseModel):

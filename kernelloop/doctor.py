@@ -19,9 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from kernelloop.errors import error_line
+
+if TYPE_CHECKING:
+    from kernelloop.settings import Settings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 ENDPOINT_TIMEOUT_S = 5.0
@@ -218,15 +221,12 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def check_settings(**flags) -> Check:
-    """Each setting's value and where it came from (flag, env, .env, kernelloop.toml, default)."""
-    from kernelloop.settings import ConfigError, load_settings, origins
+def check_settings(settings: Settings, **flags) -> Check:
+    """Each setting's value and where it came from (flag, env, .env, kernelloop.toml, default). A bad
+    setting never reaches here: `kernelloop doctor` refuses it first, in one line with exit 2."""
+    from kernelloop.settings import origins
 
-    try:
-        values = load_settings(**flags).model_dump()
-    except ConfigError as exc:
-        return Check("settings", "fail", str(exc),
-                     "fix the value (flag, KERNELLOOP_* variable, .env or kernelloop.toml)")
+    values = settings.model_dump()
     where = origins(**flags)
     shown = ", ".join(f"{name}={shown_value(name, value)} ({where[name]})" for name, value in values.items())
     return Check("settings", "ok", shown)
@@ -272,11 +272,8 @@ def check_endpoint(base_url: str | None = None, model: str | None = None, api_ke
     return Check("endpoint", "ok", f"{where} answers; model {config.model}")
 
 
-def check_workspace(workspace: Path | None = None) -> Check:
+def check_workspace(space: Path) -> Check:
     """The workspace is writable, has room, and its checkpoint DB (if any) opens."""
-    from kernelloop.config import workspace_dir  # flag > env > .env > kernelloop.toml > ./.kernelloop
-
-    space = workspace_dir(workspace)
     existing = next((p for p in (space, *space.parents) if p.exists()), Path("/"))
     if not os.access(existing, os.W_OK):
         return Check("workspace", "fail", f"{space} is not writable", "pass --workspace or set KERNELLOOP_HOME")
@@ -296,11 +293,15 @@ def check_workspace(workspace: Path | None = None) -> Check:
     return Check("workspace", "ok", detail)
 
 
-def run_checks(base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-               workspace: Path | None = None) -> list[Check]:
-    """Every check, in the order a person would fix them."""
+def run_checks(settings: Settings | None = None, **flags) -> list[Check]:
+    """Every check, in the order a person would fix them. settings: the entry point's (None: made here from
+    `flags`, the same way; a bad setting raises ConfigError)."""
+    from kernelloop.settings import load_settings
+
+    chosen = settings if settings is not None else load_settings(**flags)
+    key = chosen.api_key.get_secret_value()
     checks: list[Callable[[], Check]] = [
         check_python, check_torch, check_triton, check_cuda, check_nvml, check_ncu, check_sandbox,
-        lambda: check_endpoint(base_url, model, api_key), lambda: check_workspace(workspace),
-        lambda: check_settings(base_url=base_url, model=model, api_key=api_key, home=workspace)]
+        lambda: check_endpoint(chosen.base_url, chosen.model, None if key == "not-needed" else key),
+        lambda: check_workspace(chosen.workspace.root), lambda: check_settings(chosen, **flags)]
     return [check() for check in checks]

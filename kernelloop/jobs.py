@@ -25,15 +25,16 @@ from pydantic import BaseModel, Field
 
 from kernelloop import progress
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
-from kernelloop.config import EndpointConfig, workspace_dir
+from kernelloop.config import EndpointConfig
 from kernelloop.errors import error_line
 from kernelloop.graph.context import RunEvent
 from kernelloop.graph.report import RunSummary
 from kernelloop.problem import Candidate, Problem, ProblemError
-from kernelloop.requests import RequestError, SolveRequest, VerifyRequest
+from kernelloop.requests import RequestError, SolveRequest, VerdictBrief, VerifyRequest
 from kernelloop.results import Code, Profile, Status, Verdict
 from kernelloop.runs import RunCancelled
 from kernelloop.safe_text import one_line
+from kernelloop.settings import Settings, load_settings, override
 from kernelloop.starts import StartRecord
 from kernelloop.tools.verify.pool import VerifierPool, local_devices, make_pool
 
@@ -69,7 +70,8 @@ class JobStatus(BaseModel):
     last_event: RunEvent | None = None
     events: int = Field(default=0, description="steps so far: a solve's run events, a verification's phases")
     best_kernel: str | None = Field(default=None, description="solve: the source of the best attempt so far")
-    verdict: Verdict | None = Field(default=None, description="verify and profile: the verifier's verdict")
+    verdict: VerdictBrief | Verdict | None = Field(default=None, description="verify and profile: the verifier's "
+                                                   "verdict (brief unless asked with detail)")
     problem_error: str | None = Field(default=None, description="verify and profile: the problem itself failed (its "
                                       "reference could not be made), not the candidate; the verdict says so too")
     profile: Profile | None = Field(default=None, description="profile: the verdict's profiler summary")
@@ -77,6 +79,13 @@ class JobStatus(BaseModel):
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
+
+    def for_agent(self, detail: bool = False) -> JobStatus:
+        """As a tool answers: brief (the verdict's status, code, speedup, reason, feedback; no profile) unless
+        `detail` asks for the whole verdict with its timings and costs."""
+        if detail or not isinstance(self.verdict, Verdict):
+            return self
+        return self.model_copy(update={"verdict": VerdictBrief.of(self.verdict), "profile": None})
 
 
 @dataclass
@@ -107,7 +116,10 @@ class _Job:
 
 
 def _best_kernel(summary: RunSummary) -> str | None:
-    """The best attempt's source: best_kernel.py once written, else its file under the run's kernels/."""
+    """The best attempt's source when it is correct (best_kernel.py once written, else its file under the run's
+    kernels/); None while nothing is: a failed attempt is no kernel to hand on."""
+    if summary.status != "correct":
+        return None
     candidates = [Path(summary.best_kernel)] if summary.best_kernel else []
     if summary.best_id and summary.run_dir:
         candidates.append(Path(summary.run_dir) / "kernels" / f"{summary.best_id}.py")
@@ -144,8 +156,10 @@ class JobManager:
     """Starts, tracks and cancels jobs; owns the verifier pools they share. close() when done."""
 
     def __init__(self, workspace: str | Path | None = None, ray: str | None = None,
-                 pool_factory: Callable[..., VerifierPool] = make_pool):
-        self.workspace = workspace_dir(workspace)
+                 pool_factory: Callable[..., VerifierPool] = make_pool, settings: Settings | None = None):
+        """settings: the server's (made once by its entry point); None: made here from `workspace`, the same way."""
+        self.settings = settings if settings is not None else load_settings(home=workspace)
+        self.workspace = self.settings.workspace.root
         self.ray = ray
         self._pool_factory = pool_factory
         self._pools: dict[tuple, VerifierPool] = {}
@@ -153,12 +167,14 @@ class JobManager:
         self._lock = threading.Lock()
 
     # -- pools ---------------------------------------------------------------------------------
-    def pool(self, device: str = "auto", strict: bool = False) -> VerifierPool:
-        """The shared pool for a device ('auto' and 'cuda' name the same local GPUs)."""
+    def pool(self, device: str | None = None, strict: bool = False) -> VerifierPool:
+        """The shared pool for a device (None: the settings'; 'auto' and 'cuda' name the same local GPUs)."""
+        device = device or self.settings.device
         key = (device if self.ray else tuple(local_devices(device)), strict)
         with self._lock:
             if key not in self._pools:
-                self._pools[key] = self._pool_factory(device, self.ray, workspace=self.workspace, strict=strict)
+                self._pools[key] = self._pool_factory(device, self.ray, workspace=self.workspace, strict=strict,
+                                                      **self.settings.limits.model_dump())
             return self._pools[key]
 
     # -- starting ------------------------------------------------------------------------------
@@ -167,20 +183,21 @@ class JobManager:
         """Start an optimization run; returns at once. chat_client: instead of the endpoint settings."""
         from kernelloop.runs import new_thread_id  # lazy: solve imports the whole agent loop
 
+        chosen = override(self.settings, **request.flags())  # the call's knobs over the server's settings
         problem = request.load_problem(self.workspace)
         start = request.load_start(problem)  # an unreadable start kernel is the caller's error now, too
-        if chat_client is None:  # a missing endpoint is the caller's error now, not a failed job later
-            EndpointConfig.resolve(request.base_url, request.model,
-                                   request.api_key.get_secret_value() if request.api_key else None)
-        pool = self.pool(request.device)
+        if chat_client is None and not (chosen.base_url and chosen.model):
+            # a missing endpoint is the caller's error now, not a failed job later
+            EndpointConfig.resolve(chosen.base_url, chosen.model)
+        pool = self.pool(chosen.device)
         job = self._new_job("solve", problem, thread_id=new_thread_id(problem.name))
-        self._start(job, lambda: self._run_solve(job, request, problem, pool, chat_client, start))
+        self._start(job, lambda: self._run_solve(job, request, chosen, problem, pool, chat_client, start))
         return job.snapshot()
 
     def start_verify(self, request: VerifyRequest, profile: bool = False) -> JobStatus:
         """Verify (with timing and the profiler's summary on a GPU) in the background; returns at once."""
         problem, candidate = request.load_problem(self.workspace), request.load_candidate()
-        pool = self.pool(request.device, request.strict)
+        pool = self.pool(override(self.settings, device=request.device).device, request.strict)
         job = self._new_job("profile" if profile else "verify", problem)
         self._start(job, lambda: self._run_verify(job, candidate, problem, pool))
         return job.snapshot()
@@ -215,9 +232,9 @@ class JobManager:
         threading.Thread(target=run, name=job.status.job_id, daemon=True).start()
 
     # -- the work ------------------------------------------------------------------------------
-    def _run_solve(self, job: _Job, request: SolveRequest, problem: Problem, pool: VerifierPool,
+    def _run_solve(self, job: _Job, request: SolveRequest, chosen: Settings, problem: Problem, pool: VerifierPool,
                    chat_client: ChatClient | KeyedChatClient | None, start: StartRecord | None = None) -> str:
-        from kernelloop.runs import solve  # lazy: see start_solve
+        from kernelloop.runs import RunOptions, run_solve  # lazy: see start_solve
 
         def on_event(event: RunEvent) -> None:
             job.update(last_event=event, events=job.status.events + 1, message=_describe(event))
@@ -227,14 +244,9 @@ class JobManager:
             job.update(summary=summary, best_kernel=_best_kernel(summary))
             job.safe_point()
 
-        result = solve(problem, budget_s=request.budget_s, candidates=request.candidates,
-                       target_speedup=request.target_speedup, max_rounds=request.max_rounds,
-                       backend=request.backend, device=pool.device, hints=request.hints, start=start,
-                       chat_client=chat_client,
-                       base_url=request.base_url, model=request.model,
-                       api_key=request.api_key.get_secret_value() if request.api_key else None,
-                       verifier=pool, workspace=self.workspace, thread_id=job.status.thread_id,
-                       on_event=on_event, on_progress=on_progress)
+        result = run_solve(problem, chosen, RunOptions(
+            hints=request.hints, start=start, chat_client=chat_client, verifier=pool, thread_id=job.status.thread_id,
+            on_event=on_event, on_progress=on_progress))
         job.update(summary=RunSummary.model_validate(result.model_dump()))
         speed = f", {result.best_speedup:.3g}x" if result.best_speedup is not None else ""
         return f"{result.stop_reason or result.run_status}: best {result.best_id or 'none'} ({result.status}{speed})"

@@ -11,18 +11,23 @@ ProfileResult, JobList); bad input is a tool error with one line saying what to 
 
 from __future__ import annotations
 
+import difflib
 import functools
-from typing import Annotated, Literal
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, ValidationError
 
 from kernelloop import __version__, defaults, job_threads
 from kernelloop.jobs import JobError, JobManager, JobStatus
 from kernelloop.requests import (
+    FROM_SETTINGS,
     Backend,
     BudgetS,
     Candidates,
@@ -30,11 +35,16 @@ from kernelloop.requests import (
     SolveRequest,
     StartChoice,
     StartSource,
-    TargetSpeedup,
+    TargetChoice,
     VerifyRequest,
     bad_input_as,
     one_line,
 )
+from kernelloop.settings import Settings, load_settings, override
+from kernelloop.units import Device
+
+if TYPE_CHECKING:
+    from kernelloop.tools.verify.pool import VerifierPool
 
 MAX_WAIT_S = 10.0  # no tool call holds its caller longer than this waiting for a job
 NAME = "kernelloop"
@@ -63,7 +73,9 @@ ProblemSource = Annotated[str | None, Field(description="the problem file's text
 ProblemName = Annotated[str, Field(description="a name for a problem given as text")]
 CandidatePath = Annotated[str | None, Field(description="path of the candidate file (class ModelNew)")]
 CandidateSource = Annotated[str | None, Field(description="the candidate's text, instead of candidate_path")]
-Device = Annotated[str | None, Field(description="auto, cpu, cuda or cuda:N; default: the server's --device")]
+DeviceArg = Annotated[str | None, Field(description="auto, cpu, cuda or cuda:N; default: the server's --device")]
+Detail = Annotated[bool, Field(description="the whole verdict (timings, errors, costs, containment, profile); "
+                                           "default: brief (status, code, speedup, reason, feedback)")]
 WaitS = Annotated[float, Field(ge=0, description=f"seconds to wait for the job to finish (at most {MAX_WAIT_S:g})")]
 
 
@@ -88,8 +100,10 @@ async def _watch(manager: JobManager, job_id: str, wait_s: float, ctx: Context) 
     return status
 
 
-def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer:
-    """The MCP server over `manager`'s jobs; the caller closes the manager when the server stops."""
+def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
+    """The MCP server over `manager`'s jobs (and its Settings: the default device, knobs and endpoint;
+    `device`, the server's --device, over them); the caller closes the manager when the server stops."""
+    manager.settings = override(manager.settings, device=device)
     server = MCPServer(NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -98,7 +112,7 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
                        strict: bool = False) -> VerifyRequest:
         return VerifyRequest(problem_path=problem_path, problem_source=problem_source, problem_name=problem_name,
                              candidate_path=candidate_path, candidate_source=candidate_source,
-                             device=device or default_device, strict=strict)
+                             device=override(manager.settings, device=device).device, strict=strict)
 
     @bad_input_as(ToolError)
     def start_job(profile: bool, problem_path: str | None, problem_source: str | None, problem_name: str,
@@ -118,9 +132,9 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
     @server.tool(annotations=reads)
     async def verify_kernel(ctx: Context, problem_path: ProblemPath = None, problem_source: ProblemSource = None,
                             problem_name: ProblemName = "problem", candidate_path: CandidatePath = None,
-                            candidate_source: CandidateSource = None, device: Device = None,
+                            candidate_source: CandidateSource = None, device: DeviceArg = None,
                             strict: Annotated[bool, Field(description="reject library ops kept beside own kernels")] = False,
-                            wait_s: WaitS = 5.0) -> JobStatus:
+                            wait_s: WaitS = 5.0, detail: Detail = False) -> JobStatus:
         """Check a candidate kernel against its reference: correctness over several input sets, anti-cheating
         rules, and on a GPU its speed against eager and torch.compile. The verdict is in `verdict` once
         `state` is succeeded; otherwise poll job_status with the job_id. While it waits (wait_s), each
@@ -129,12 +143,12 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
             start_job, False, problem_path, problem_source, problem_name, candidate_path, candidate_source, device,
             strict))
         assert job is not None  # only a profile is ever refused
-        return await _watch(manager, job.job_id, min(wait_s, MAX_WAIT_S), ctx)
+        return (await _watch(manager, job.job_id, min(wait_s, MAX_WAIT_S), ctx)).for_agent(detail)
 
     @server.tool(annotations=reads)
     async def profile_kernel(ctx: Context, problem_path: ProblemPath = None, problem_source: ProblemSource = None,
                              problem_name: ProblemName = "problem", candidate_path: CandidatePath = None,
-                             candidate_source: CandidateSource = None, device: Device = None,
+                             candidate_source: CandidateSource = None, device: DeviceArg = None,
                              wait_s: WaitS = 5.0) -> ProfileResult:
         """Time a candidate on the GPU and summarize the profiler: device time per kernel, own kernels vs
         library kernels. Needs a GPU; on a CPU-only server it says so and runs nothing. While it waits,
@@ -152,33 +166,32 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
     def start_optimization(
             problem_path: ProblemPath = None, problem_source: ProblemSource = None,
             problem_name: ProblemName = "problem",
-            budget_s: BudgetS = defaults.BUDGET_S, candidates: Candidates = defaults.CANDIDATES,
-            target_speedup: TargetSpeedup = defaults.TARGET_SPEEDUP, max_rounds: MaxRounds = defaults.MAX_ROUNDS,
-            backend: Backend = defaults.BACKEND, device: Device = None,
+            budget_s: BudgetS | None = None, candidates: Candidates | None = None,
+            target_speedup: TargetChoice = None, max_rounds: MaxRounds | None = None,
+            backend: Backend | None = None, device: DeviceArg = None,
             hints: Annotated[list[str] | None, Field(description="advice for the coders")] = None,
             start: StartChoice = defaults.START, start_source: StartSource = None,
-            base_url: Annotated[str | None, Field(description="OpenAI-compatible endpoint; default "
-                                                              "KERNELLOOP_BASE_URL")] = None,
-            model: Annotated[str | None, Field(description="default KERNELLOOP_MODEL")] = None,
-            api_key: Annotated[str | None, Field(description="default KERNELLOOP_API_KEY")] = None) -> JobStatus:
+            base_url: Annotated[str | None, Field(description="OpenAI-compatible endpoint" + FROM_SETTINGS)] = None,
+            model: Annotated[str | None, Field(description="model name" + FROM_SETTINGS)] = None) -> JobStatus:
         """Start the optimization loop (plan, parallel coders, verifier, critic) on a problem in the background.
         Returns at once with the job_id; poll job_status for progress and the best kernel so far. start (a file
-        or 'auto') or start_source: an existing kernel to improve, verified as attempt 0."""
+        or 'auto') or start_source: an existing kernel to improve, verified as attempt 0. Knobs not given are
+        the server's settings; the endpoint's key is the server's (KERNELLOOP_API_KEY), never an argument."""
         request = SolveRequest(problem_path=problem_path, problem_source=problem_source, problem_name=problem_name,
                                budget_s=budget_s, candidates=candidates, target_speedup=target_speedup,
-                               max_rounds=max_rounds, backend=backend, device=device or default_device,
+                               max_rounds=max_rounds, backend=backend, device=Device.parse(device) if device else None,
                                hints=hints or [], start=start, start_source=start_source, base_url=base_url,
-                               model=model, api_key=SecretStr(api_key) if api_key else None)
+                               model=model)
         status = manager.start_solve(request)
         job_threads.remember(manager.workspace, status)  # so job_status finds it after a restart
         return status
 
     @server.tool(annotations=reads)
-    async def job_status(job_id: str, ctx: Context, wait_s: WaitS = 0.0) -> JobStatus:
+    async def job_status(job_id: str, ctx: Context, wait_s: WaitS = 0.0, detail: Detail = False) -> JobStatus:
         """A job's state, progress, best kernel so far (optimization) or verdict (verify, profile). While it
         waits (wait_s), each step of the job goes out as a progress notification."""
         try:
-            return await _watch(manager, job_id, min(wait_s, MAX_WAIT_S), ctx)
+            return (await _watch(manager, job_id, min(wait_s, MAX_WAIT_S), ctx)).for_agent(detail)
         except ValueError as exc:  # an unknown job id: one line
             raise ToolError(one_line(exc)) from exc
 
@@ -186,25 +199,67 @@ def build_server(manager: JobManager, default_device: str = "auto") -> MCPServer
     @bad_input_as(ToolError)
     def cancel_job(job_id: str) -> JobStatus:
         """Stop a job at its next safe point (the best kernel so far is kept); returns at once."""
-        return manager.cancel(job_id)
+        return manager.cancel(job_id).for_agent()
 
     @server.tool(annotations=reads)
     @bad_input_as(ToolError)
-    def list_jobs() -> JobList:
+    def list_jobs(detail: Detail = False) -> JobList:
         """Every job this server has run, newest last, then the optimization jobs of earlier servers in its workspace."""
         jobs = manager.jobs()
-        return JobList(jobs=jobs + job_threads.recall_all(manager.workspace, {j.job_id for j in jobs}))
+        every = jobs + job_threads.recall_all(manager.workspace, {j.job_id for j in jobs})
+        return JobList(jobs=[job.for_agent(detail) for job in every])
 
+    _forbid_unknown_arguments(server)
     return server
 
 
+class _StrictTool(Tool):
+    """A tool whose bad arguments are one line, naming them and never echoing their values (a value may be a
+    secret pasted into the wrong field): an unknown name is refused with a "did you mean" (the SDK would drop
+    it, so a misspelt `candidate=2` would run with the default), a bad value says which field and why."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        known = list(self.parameters.get("properties", {}))
+        unknown = sorted(set(arguments) - set(known))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {', '.join(known)}"
+            raise ToolError(f"{self.name}: unknown argument {unknown[0]!r}{hint}")
+        try:
+            return await super().run(arguments, context, convert_result)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(f"{self.name}: {one_line(exc.__cause__)}") from None
+            raise
+
+
+def _forbid_unknown_arguments(server: MCPServer) -> None:
+    """Every tool of the server made a _StrictTool, its schema saying additionalProperties false."""
+    tools = server._tool_manager._tools  # noqa: SLF001 - the SDK has no public hook for argument checking
+    for name, tool in tools.items():
+        strict = _StrictTool.model_validate(dict(tool))
+        strict.parameters = {**tool.parameters, "additionalProperties": False}
+        tools[name] = strict
+
+
+def open_manager(*, device: str | None = None, ray: str | None = None, workspace: str | Path | None = None,
+                 settings: Settings | None = None, pool_factory: Callable[..., VerifierPool] | None = None) -> JobManager:
+    """The server's job manager over its Settings: given, or made here from --device and --workspace."""
+    chosen = settings if settings is not None else load_settings(device=device, home=workspace)
+    if pool_factory is None:
+        return JobManager(ray=ray, settings=chosen)
+    return JobManager(ray=ray, settings=chosen, pool_factory=pool_factory)
+
+
 def serve(transport: Literal["stdio", "http"] = "stdio", *, host: str = "127.0.0.1", port: int = 8765,
-          device: str = "auto", ray: str | None = None, workspace: str | None = None) -> None:
-    """Run the server until its client goes away (stdio) or it is stopped (HTTP); then stop every job."""
-    manager = JobManager(workspace, ray=ray)
+          device: str | None = None, ray: str | None = None, workspace: str | None = None,
+          settings: Settings | None = None) -> None:
+    """Run the server until its client goes away (stdio) or it is stopped (HTTP); then stop every job.
+    settings: the entry point's (None: made here from device and workspace, the same way)."""
+    manager = open_manager(device=device, ray=ray, workspace=workspace, settings=settings)
     try:
-        manager.pool(device)  # fail now on a bad --device or --ray, not in the first tool call
-        server = build_server(manager, device)
+        manager.pool()  # fail now on a bad --device or --ray, not in the first tool call
+        server = build_server(manager)  # chosen's device already
         if transport == "stdio":
             server.run("stdio")
         else:

@@ -33,6 +33,7 @@ from kernelloop.results import Code
 from kernelloop.source_file import SourceFileError, read_source_bytes
 
 _KB_NAME = re.compile(r"^(\d+)_(.+)\.py$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
 
 def sha256_text(text: str) -> str:
@@ -139,6 +140,22 @@ class Problem:
         problem.validate()
         return problem
 
+    @classmethod
+    def from_source(cls, source: str, name: str = "problem", trusted: bool = True) -> Problem:
+        """A problem from its text (KernelBench's habit: `eval_kernel_against_ref(ref_src, new_src)`), checked
+        as from_file checks a file. Its path is `<source>/NAME.py`: a label in messages, never read."""
+        if not _NAME.match(name):
+            raise ProblemError(f"bad problem name {name!r}: letters, digits, '_', '-', '.' only")
+        check_source_size(len(source.encode()), "problem source", "problem")
+        path = Path("<source>") / f"{name}.py"
+        try:
+            source_ast.parse(source, filename=str(path))
+        except SyntaxError as exc:
+            raise ProblemError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+        problem = cls(path=path, source=source, name=name, trusted=trusted)
+        problem.validate()
+        return problem
+
     def validate(self) -> None:
         """Check the names and signatures the format needs: on the imported module when trusted,
         else on the parsed source (its trusted job checks the module, in the sandbox)."""
@@ -163,6 +180,12 @@ class Candidate:
     def from_file(cls, path: str | Path) -> Candidate:
         path = Path(path)
         return cls(source=read_source(path, "candidate"), path=path.resolve())
+
+    @classmethod
+    def from_source(cls, source: str) -> Candidate:
+        """A candidate from its text; over MAX_SOURCE_BYTES is a one-line ProblemError (its syntax is the verdict's)."""
+        check_source_size(len(source.encode()), "candidate source", "candidate")
+        return cls(source=source)
 
     def syntax_error(self) -> str | None:
         """One line saying why the source is not a candidate, or None when it parses and has ModelNew."""

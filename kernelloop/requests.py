@@ -13,11 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelloop import defaults, safe_text
 from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
+from kernelloop.results import Code, Status, Verdict
 from kernelloop.starts import StartRecord, resolve_start
+from kernelloop.units import Device
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
@@ -33,6 +35,7 @@ StartChoice = Annotated[str | None, Field(description=f"the kernel to begin from
                                                       f"hand-written starter; null: from scratch")]
 StartSource = Annotated[str | None, Field(description="the start kernel's text (class ModelNew), instead of start")]
 Backend = Literal["triton", "cuda", "auto"]
+FROM_SETTINGS = " (absent: the server's setting, KERNELLOOP_* > .env > kernelloop.toml > kernelloop.defaults)"
 
 
 class RequestError(ValueError):
@@ -69,6 +72,8 @@ def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callabl
 class ProblemInput(BaseModel):
     """A problem by path, or by its text (written under WORKSPACE/jobs/inputs/)."""
 
+    model_config = ConfigDict(extra="forbid")  # an agent's misspelt argument is an error, never dropped
+
     problem_path: str | None = Field(default=None,
                                      description="a problem file: class Model, get_inputs, get_init_inputs")
     problem_source: str | None = Field(default=None, description="the problem file's text, instead of a path")
@@ -101,17 +106,30 @@ class CandidateInput(ProblemInput):
 class VerifyRequest(CandidateInput):
     """One candidate against one problem, on a device."""
 
-    device: str = Field(default=defaults.DEVICE, description="auto, cpu, cuda or cuda:N")
+    device: Device | None = Field(default=None, description="auto, cpu, cuda or cuda:N" + FROM_SETTINGS)
     strict: bool = Field(default=False, description="reject library ops kept beside the candidate's kernels")
 
 
-class SolveKnobs(BaseModel):
-    """How much a run may spend and when it stops: the knobs every entry point shares."""
+TargetChoice = Annotated[float | Literal["none"] | None, Field(
+    description="stop at this speedup over eager; 'none': at the first correct kernel" + FROM_SETTINGS)]
 
-    budget_s: BudgetS = defaults.BUDGET_S
-    candidates: Candidates = defaults.CANDIDATES
-    target_speedup: TargetSpeedup = defaults.TARGET_SPEEDUP
-    max_rounds: MaxRounds = defaults.MAX_ROUNDS
+
+class SolveKnobs(BaseModel):
+    """How much a run may spend and when it stops: the knobs every entry point shares. A knob not given
+    comes from the entry point's Settings (`flags()` are laid over them with settings.override)."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt knob is an error, never dropped
+
+    budget_s: BudgetS | None = Field(default=None, description="wall-clock budget, s" + FROM_SETTINGS)
+    candidates: Candidates | None = Field(default=None, description="kernels written in parallel per round"
+                                                                    + FROM_SETTINGS)
+    target_speedup: TargetChoice = None
+    max_rounds: MaxRounds | None = Field(default=None, description="rounds at most" + FROM_SETTINGS)
+
+    def flags(self) -> dict[str, Any]:
+        """The knobs given, named as Settings names them."""
+        return {"budget": self.budget_s, "candidates": self.candidates, "target": self.target_speedup,
+                "max_rounds": self.max_rounds}
 
 
 class SolveSettings(ProblemInput, SolveKnobs):
@@ -132,13 +150,34 @@ class SolveSettings(ProblemInput, SolveKnobs):
 
 
 class SolveRequest(SolveSettings):
-    """An optimization run; the endpoint defaults to KERNELLOOP_BASE_URL / _MODEL / _API_KEY."""
+    """An optimization run. The endpoint's key is never a request field (it would sit in a model's
+    transcript): it comes from the server's settings, KERNELLOOP_API_KEY."""
 
-    backend: Backend = defaults.BACKEND
-    device: str = Field(default=defaults.DEVICE, description="auto, cpu, cuda or cuda:N")
-    base_url: str | None = None
-    model: str | None = None
-    api_key: SecretStr | None = None
+    backend: Backend | None = Field(default=None, description="triton, cuda or auto" + FROM_SETTINGS)
+    device: Device | None = Field(default=None, description="auto, cpu, cuda or cuda:N" + FROM_SETTINGS)
+    base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint" + FROM_SETTINGS)
+    model: str | None = Field(default=None, description="model name at the endpoint" + FROM_SETTINGS)
+
+    def flags(self) -> dict[str, Any]:
+        return super().flags() | {"backend": self.backend, "device": self.device, "base_url": self.base_url,
+                                  "model": self.model}
+
+
+class VerdictBrief(BaseModel):
+    """A verdict as an agent reads it by default: what happened and what to do (ask with detail=true for
+    everything: timings, errors, costs, containment)."""
+
+    status: Status
+    code: Code
+    speedup: float | None = Field(default=None, description="over eager, median of per-round ratios; null: not "
+                                                            "timed (CPU, or not correct)")
+    reason: str
+    feedback: str = Field(default="", description="for the coder: what went wrong and where")
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> VerdictBrief:
+        return cls(status=verdict.status, code=verdict.code, speedup=verdict.speedup, reason=verdict.reason,
+                   feedback=verdict.feedback)
 
 
 def _path_or_text(path: str | None, text: str | None, name: str, what: str, inbox: Path) -> Path:

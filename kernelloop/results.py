@@ -288,6 +288,16 @@ class Localisation(Record):
     sets: list[InputSet] = field(default_factory=list)  # every trial set, passed or not
     irregular_only: bool = False  # failed only on sets whose shapes are not multiples of 16
     notes: list[str] = field(default_factory=list)
+    # From two reruns of the failed set with poisons the parent chose (tools/verify/written.py); 0 reruns: unknown.
+    reruns: int = 0
+    unwritten: int = 0  # elements holding each rerun's poison: never written
+    unwritten_kind: str = ""  # "rows", "row_tail", "columns", "tail", "blocks", "scattered" or "all"
+    unwritten_region: str = ""  # the region, in words
+    nonfinite_written: int = 0  # written elements that are NaN/inf where the reference is finite
+    init_dependent: int = 0  # written elements that moved with the poison: the output was read before written
+    varies: int = 0  # written elements that differ between the reruns otherwise (program order, a race)
+    relation_kind: str = ""  # "transpose", "row_shift", "block_shift", "row_factor", "constant_factor", ...
+    relation: str = ""  # how the written-but-wrong part relates to the reference, in words
 
     _record_lists: ClassVar[dict[str, type[Record]]] = {"worst": Element, "sets": InputSet}
 

@@ -17,17 +17,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
-from pydantic import SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from kernelloop import defaults
+from kernelloop.agents.calls import Asking
 from kernelloop.agents.planner import ReferenceFacts, reference_facts
 from kernelloop.agents.turns import ChatModel, KeyedReplayChatClient, RecordedTurn
-from kernelloop.config import workspace_dir
 from kernelloop.errors import error_line
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer
@@ -37,13 +37,17 @@ from kernelloop.graph.rundir import RunDir, read_recording, recorded_turns
 from kernelloop.graph.state import InputState, ProblemRecord, Review, RunSettings, State, settings_of
 from kernelloop.graph.usage import Prices
 from kernelloop.problem import Candidate, Problem
-from kernelloop.requests import Backend, SolveKnobs
+from kernelloop.requests import Backend
+from kernelloop.settings import ConfigError, Settings, load_settings
 from kernelloop.starts import StartRecord, resolve_start
 
 Graph = CompiledStateGraph[State, Context, InputState, State]  # what build_graph returns
 OnEvent = Callable[[RunEvent], None]
 OnProgress = Callable[[RunSummary], None]
 OnReview = Callable[[dict], Review | dict]  # gets an interrupt's payload, returns the person's answer
+
+
+FROM_SETTINGS: Literal["from settings"] = "from settings"  # solve()'s target_speedup when not given
 
 
 class RunCancelled(Exception):
@@ -105,13 +109,16 @@ def _thread_turns(run: RunDir, latest: dict) -> list[RecordedTurn]:
 
 
 def _replaying(turns: list[RecordedTurn], settings: RunSettings, strict: bool, base_url: str | None,
-               model: str | None, api_key: str | None, stream: bool) -> ChatModel:
+               model: str | None, api_key: str | None, stream: bool, own: bool = True) -> ChatModel:
     """Recorded turns re-served where their prompt is unchanged; the rest go to the run's endpoint
-    (flags > the endpoint the run remembers > KERNELLOOP_*), or, strict, are refused."""
+    (flags > the endpoint the run remembers > KERNELLOOP_*), or, strict, are refused. own: the turns are
+    the thread's own (a resume), not a recording someone made."""
     if strict:
         return KeyedReplayChatClient(turns, model_name=settings.model)
     live = live_client(base_url or settings.base_url, model or settings.model or None, api_key, stream)
-    return KeyedReplayChatClient(turns, model_name=settings.model, fallback=live) if turns else live
+    if not turns:
+        return live
+    return KeyedReplayChatClient(turns, model_name=settings.model, fallback=Asking(live), own_thread=own)
 
 
 def default_analyzer(device: str) -> Callable[[Problem], ReferenceFacts]:
@@ -174,76 +181,126 @@ def _drive(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, cont
 
 
 @contextmanager
-def _judge(given: VerifierLike | None, device: str, workspace: Path) -> Iterator[VerifierLike]:
+def _judge(given: VerifierLike | None, device: str, workspace: Path,
+           settings: Settings | None = None) -> Iterator[VerifierLike]:
     """The caller's verifier, or a pool on `device` ('cuda:N' names one GPU) that this run opens and closes."""
     if given is not None:
         yield given
         return
     from kernelloop.tools.verify.pool import make_pool  # lazy: a run with its own verifier needs no pool
 
-    with make_pool(device, workspace=workspace) as pool:
+    limits = (settings or load_settings()).limits
+    with make_pool(device, workspace=workspace, **limits.model_dump()) as pool:
         yield pool
 
 
-def solve(problem: Problem | str | Path, *, budget_s: float = defaults.BUDGET_S, candidates: int = defaults.CANDIDATES,
-          target_speedup: float | None = defaults.TARGET_SPEEDUP, baseline: str = defaults.BASELINE,
-          max_rounds: int = defaults.MAX_ROUNDS, device: str = defaults.DEVICE, backend: Backend = defaults.BACKEND,
-          interactive: bool = False, hints: Sequence[str] = (),
-          start: StartRecord | Candidate | str | Path | None = defaults.START,
-          critic_model: bool = False, chat_client: ChatModel = None,
-          base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-          stream_reasoning: bool = False, prices: Prices | str | None = None,
-          recorded: str | Path | None = None, verifier: VerifierLike | None = None,
-          analyze: Callable[[Problem], ReferenceFacts | None] | None = None, workspace: str | Path | None = None,
-          checkpoint_url: str | None = None, thread_id: str | None = None, on_event: OnEvent | None = None,
-          on_progress: OnProgress | None = None, on_review: OnReview | None = None) -> SolveResult:
+def solve(problem: Problem | str | Path, *, settings: Settings | None = None,
+          budget_s: float | None = None, candidates: int | None = None,
+          target_speedup: float | Literal["from settings"] | None = FROM_SETTINGS, max_rounds: int | None = None,
+          device: str | None = None, backend: Backend | None = None, workspace: str | Path | None = None,
+          checkpoint_url: str | None = None, base_url: str | None = None, model: str | None = None,
+          api_key: str | None = None, **run: Any) -> SolveResult:
     """Plan, write candidates in parallel, verify, critique, repeat until a stop condition
-    (docs/architecture.md). Defaults come from kernelloop.defaults; a value past a cap is a ValidationError.
+    (docs/architecture.md). A value past a cap is a one-line ConfigError.
 
-    budget_s: wall-clock budget in s. target_speedup: over `baseline` (None: the first correct kernel).
-    chat_client: any LangChain chat model (or a keyed client); None: ChatOpenAI on base_url/model
-    (flags > KERNELLOOP_*), streaming when stream_reasoning. prices: USD per million prompt and
-    completion tokens ('0.55,2.19' or a Prices) for the run's cost.
-    recorded: a recording (.jsonl or a run dir) to re-serve instead of calling a model.
+    settings: the entry point's Settings (kernelloop.settings.load_settings); None: made here, the same
+    way, from the arguments given over KERNELLOOP_* > .env > kernelloop.toml > kernelloop.defaults
+    (arguments left at None come from there; target_speedup=None stops at the first correct kernel).
+    Give settings or those arguments, not both. The rest (`run`) are RunOptions: baseline, interactive,
+    hints, start, critic_model, chat_client, stream_reasoning, prices, recorded, verifier, analyze,
+    thread_id, on_event, on_progress, on_review.
+    """
+    flags = {"budget": budget_s, "candidates": candidates, "max_rounds": max_rounds, "device": device,
+             "backend": backend, "home": workspace, "checkpoints": checkpoint_url, "base_url": base_url,
+             "model": model, "api_key": api_key,
+             "target": None if target_speedup == FROM_SETTINGS else ("none" if target_speedup is None else target_speedup)}
+    if settings is None:
+        settings = load_settings(**flags)
+    elif any(value is not None for value in flags.values()):
+        raise ConfigError(f"give settings= or {', '.join(n for n, v in flags.items() if v is not None)}, not both")
+    return run_solve(problem, settings, RunOptions(**run))
+
+
+class RunOptions(BaseModel):
+    """What one run is given besides its Settings: how it starts, who answers, what it reports to.
+
     start: the kernel to begin from, verified as attempt 0 before any coder writes (a file path, a
     Candidate for a kernel's text, or 'auto': the problem family's hand-written starter, with a
     warning and a start from scratch where there is none). Kept in the thread for resume.
+    chat_client: any LangChain chat model (or a keyed client); None: ChatOpenAI on the settings'
+    endpoint, streaming when stream_reasoning. prices: USD per million prompt and completion tokens
+    ('0.55,2.19' or a Prices). recorded: a recording (.jsonl or a run dir) to re-serve instead of a model.
     on_review: answers interrupts of an interactive run; without it an interactive run pauses ("waiting").
     """
-    # The caps every entry point shares (a ValidationError, one line through requests.one_line).
-    SolveKnobs(budget_s=budget_s, candidates=candidates, target_speedup=target_speedup, max_rounds=max_rounds)
-    problem = problem if isinstance(problem, Problem) else Problem.from_file(problem)
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    baseline: str = defaults.BASELINE
+    interactive: bool = False
+    hints: Sequence[str] = ()
+    start: StartRecord | Candidate | str | Path | None = defaults.START
+    critic_model: bool = False
+    chat_client: Any = None
+    stream_reasoning: bool = False
+    prices: Prices | str | None = None
+    recorded: str | Path | None = None
+    verifier: Any = None  # a VerifierLike; None: a pool on the settings' device, opened and closed here
+    analyze: Callable[[Problem], ReferenceFacts | None] | None = None
+    thread_id: str | None = None
+    on_event: OnEvent | None = None
+    on_progress: OnProgress | None = None
+    on_review: OnReview | None = None
+
+
+def run_solve(problem: Problem | str | Path, settings: Settings, options: RunOptions) -> SolveResult:
+    """solve() once its Settings are made: every entry point's run comes through here with one Settings."""
+    problem = as_problem(problem)
+    start, chat_client = options.start, options.chat_client
     start_record = resolve_start(start, problem.name)  # an unreadable start file fails here, before any model call
     if start_record is not None and not start_record.has_kernel and not isinstance(start, StartRecord):
-        warnings.warn(start_record.line, stacklevel=2)  # 'auto' with no starter: said once, then from scratch
-    if chat_client is None and recorded is not None:
-        turns = read_recording(Path(recorded))
-        chat_client = KeyedReplayChatClient(turns, model_name=model or next(
+        warnings.warn(start_record.line, stacklevel=3)  # 'auto' with no starter: said once, then from scratch
+    if chat_client is None and options.recorded is not None:
+        turns = read_recording(Path(options.recorded))
+        chat_client = KeyedReplayChatClient(turns, model_name=settings.model or next(
             (t.turn.model for t in turns if t.turn.model), "recorded"))
     elif chat_client is None:
-        chat_client = live_client(base_url, model, api_key, stream_reasoning)
+        chat_client = live_client(settings.base_url, settings.model, settings.api_key.get_secret_value(),
+                                  options.stream_reasoning)
     from kernelloop.agents.llm import endpoint_of
 
-    prices = Prices.parse(prices) if isinstance(prices, str) else prices
-    settings = RunSettings(backend=backend, device=device, model=_model_name(chat_client),
-                           base_url=endpoint_of(chat_client).get("base_url"),
-                           prices=prices.model_dump() if prices else None,
-                           sampling=_sampling(chat_client), target_speedup=target_speedup, baseline=baseline,
-                           max_rounds=max_rounds, candidates=candidates, budget_s=budget_s,
-                           interactive=interactive, critic_model=critic_model)
+    prices = Prices.parse(options.prices) if isinstance(options.prices, str) else options.prices
+    device = settings.device
+    run_settings = RunSettings(backend=settings.backend, device=device, model=_model_name(chat_client),
+                               base_url=endpoint_of(chat_client).get("base_url"),
+                               prices=prices.model_dump() if prices else None,
+                               sampling=_sampling(chat_client), target_speedup=settings.target,
+                               baseline=options.baseline, max_rounds=settings.max_rounds,
+                               candidates=settings.candidates, budget_s=settings.budget,
+                               interactive=options.interactive, critic_model=options.critic_model)
     record = ProblemRecord(name=problem.name, path=str(problem.path), source=problem.source, sha256=problem.sha256,
                            trusted=problem.trusted)
-    space = workspace_dir(workspace)
-    thread_id = thread_id or new_thread_id(problem.name)
-    with _judge(verifier, device, space) as judge, _session(thread_id, space, checkpoint_url) as (graph, run):
+    space = settings.workspace.root
+    thread_id = options.thread_id or new_thread_id(problem.name)
+    with _judge(options.verifier, device, space, settings) as judge, \
+            _session(thread_id, space, settings.checkpoints) as (graph, run):
         if graph.get_state(_config(thread_id)).values:
             raise SolveError(f"thread {thread_id} already exists: `kernelloop runs resume {thread_id}` continues it")
         context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=device,
-                          analyze=analyze or default_analyzer(device))
-        state = {"problem": record.model_dump(), "settings": settings.model_dump(), "hints": list(hints)}
+                          analyze=options.analyze or default_analyzer(device))
+        state = {"problem": record.model_dump(), "settings": run_settings.model_dump(), "hints": list(options.hints)}
         if start_record is not None:
             state["start"] = start_record.model_dump()
-        return _drive(graph, run, state, _config(thread_id), context, on_event, on_progress, on_review)
+        return _drive(graph, run, state, _config(thread_id), context, options.on_event, options.on_progress,
+                      options.on_review)
+
+
+def as_problem(problem: Problem | str | Path) -> Problem:
+    """A Problem as given, or one from a file path, or from source text (a str with a newline: never a path)."""
+    if isinstance(problem, Problem):
+        return problem
+    if isinstance(problem, str) and "\n" in problem:
+        return Problem.from_source(problem)
+    return Problem.from_file(problem)
 
 
 def replay(thread_id: str, checkpoint_id: str | None = None, *, recorded: bool | str | Path = False,
@@ -263,16 +320,18 @@ def replay(thread_id: str, checkpoint_id: str | None = None, *, recorded: bool |
     reverify: verify again even code whose verdict is journaled (default: reuse, so no attempt
     is verified twice).
     """
-    space = workspace_dir(workspace)
-    with _session(thread_id, space, checkpoint_url) as (graph, run):
+    chosen = load_settings(home=workspace, checkpoints=checkpoint_url)  # the entry point's Settings
+    space = chosen.workspace.root
+    with _session(thread_id, space, chosen.checkpoints) as (graph, run):
         latest = graph.get_state(_config(thread_id))
         if not latest.values:
             raise SolveError(f"no thread {thread_id} in {space}: `kernelloop runs list` shows the threads")
         settings = settings_of(latest.values)
         if chat_client is None:
             turns = _thread_turns(run, latest.values) if isinstance(recorded, bool) else read_recording(Path(recorded))
-            chat_client = _replaying(turns, settings, bool(recorded), base_url, model, api_key, stream_reasoning)
-        with _judge(verifier, settings.device, space) as judge:
+            chat_client = _replaying(turns, settings, bool(recorded), base_url, model, api_key, stream_reasoning,
+                                     own=isinstance(recorded, bool))
+        with _judge(verifier, settings.device, space, chosen) as judge:
             context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=settings.device,
                               analyze=analyze or default_analyzer(settings.device), reuse_verdicts=not reverify)
             return _drive(graph, run, None, _config(thread_id, checkpoint_id), context, on_event, on_progress,
@@ -292,7 +351,8 @@ def fork(thread_id: str, checkpoint_id: str, *, hint: str | None = None, changes
     max_rounds, candidates, baseline, ...). The branch lives in the same thread (LangGraph's fork);
     the original steps stay in `runs show`. Other options as for `replay`.
     """
-    space = workspace_dir(workspace)
+    chosen = load_settings(home=workspace, checkpoints=checkpoint_url)
+    space, checkpoint_url = chosen.workspace.root, chosen.checkpoints
     with open_checkpointer(checkpoint_url, space) as saver:
         graph = build_graph(saver)
         snapshot = graph.get_state(_config(thread_id, checkpoint_id))

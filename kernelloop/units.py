@@ -51,3 +51,40 @@ def parse_target(text: str | float | None) -> float | None:
 
 def format_target(value: float | None) -> str:
     return "none" if value is None else f"{value:g}x"
+
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
+
+
+class Device(str):
+    """Where the verifier runs: 'auto' (every GPU, else the CPU), 'cpu', 'cuda' or 'cuda:N'.
+
+    Parsed once where a setting enters (Device.parse raises ValueError with one line) and then
+    passed as is: a str, so the verifier side (torch alone) takes it unchanged, with the parts typed.
+    """
+
+    @classmethod
+    def parse(cls, text: str | Device) -> Device:
+        if isinstance(text, Device):
+            return text
+        match = _DEVICE.match(str(text).strip().lower())
+        if match is None or (match.group(2) is not None and match.group(1) != "cuda"):
+            raise ValueError(f"{text!r} is not a device: use auto, cpu, cuda or cuda:N")
+        return cls(match.group(0))
+
+    @property
+    def kind(self) -> str:
+        """'auto', 'cpu' or 'cuda'."""
+        return self.split(":", 1)[0]
+
+    @property
+    def gpu(self) -> int | None:
+        """N of 'cuda:N'; None for every other device."""
+        return int(self.split(":", 1)[1]) if ":" in self else None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: object) -> object:
+        from pydantic_core import core_schema  # lazy: the verifier side imports this module without pydantic
+
+        return core_schema.no_info_after_validator_function(
+            cls.parse, core_schema.str_schema(), serialization=core_schema.plain_serializer_function_ser_schema(str))

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DEFAULT_WORKSPACE = ".kernelloop"
+from kernelloop import defaults
+
+DEFAULT_WORKSPACE = defaults.WORKSPACE
 
 
 def pick(explicit, env_name: str, default=None):
@@ -20,5 +22,14 @@ def pick(explicit, env_name: str, default=None):
 
 
 def workspace_dir(explicit: str | Path | None = None) -> Path:
-    """The workspace (checkpoint DB, run dirs, caches)."""
-    return Path(pick(explicit, "KERNELLOOP_HOME", DEFAULT_WORKSPACE)).expanduser().resolve()
+    """The workspace (checkpoint DB, run dirs, caches): the argument, else the Settings' `home`
+    (KERNELLOOP_HOME > .env > kernelloop.toml > ./.kernelloop: settings.py). The one function every
+    caller uses; on a bare GPU node without pydantic-settings (the verifier alone) only
+    KERNELLOOP_HOME is read, since there is no .env or kernelloop.toml reader there."""
+    if explicit is not None:
+        return Path(explicit).expanduser().resolve()
+    try:
+        from kernelloop.settings import load_settings
+    except ImportError:  # the verifier alone: torch, triton, nvidia-ml-py
+        return Path(pick(None, "KERNELLOOP_HOME", DEFAULT_WORKSPACE)).expanduser().resolve()
+    return load_settings().workspace.root

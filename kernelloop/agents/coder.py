@@ -13,16 +13,18 @@ import time
 
 from pydantic import BaseModel, Field
 
+from kernelloop.agents.calls import ask
 from kernelloop.agents.extract import extract_candidate
 from kernelloop.agents.planner import BACKEND_RULES
 from kernelloop.agents.prompts import render
-from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, ask, messages_sha256, turn_key
+from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, messages_sha256, turn_key
 from kernelloop.errors import error_line
 from kernelloop.problem import sha256_text
 from kernelloop.results import Code, Status, Verdict
 from kernelloop.starts import START_ID
 
 FEEDBACK_CHARS = 2000  # of verifier feedback per previous attempt in a prompt
+CRITIQUE_CHARS = 3000  # of the last round's critique in a prompt, cut at a line
 
 
 class Attempt(BaseModel):
@@ -40,6 +42,7 @@ class Attempt(BaseModel):
     extract_error: str | None = Field(default=None, description="why the reply gave no usable candidate")
     model_error: str | None = Field(default=None, description="why the model call failed")
     prompt_sha256: str = ""
+    prompt_chars: int = Field(default=0, description="the prompt's length in characters, as sent")
     turn_file: str | None = Field(default=None, description="recorded model turn, relative to the run dir")
     turn_sha256: str | None = None
     finish_reason: str | None = None
@@ -111,12 +114,29 @@ class CoderBrief(BaseModel):
     critique: str = ""
 
 
+def critique_for_prompt(critique: str, feedback: str) -> str:
+    """The critique without the lines the verifier's feedback above it already shows (its facts
+    bullets repeat there word for word), cut at a line to CRITIQUE_CHARS."""
+    shown = {line.strip().removeprefix("- ") for line in feedback.splitlines() if line.strip()}
+    kept, size = [], 0
+    for line in critique.splitlines():
+        if line.strip().removeprefix("- ") in shown:
+            continue
+        if size + len(line) + 1 > CRITIQUE_CHARS:
+            kept.append("- (the rest of the review is cut)")
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join(kept)
+
+
 def coder_messages(brief: CoderBrief) -> list[Message]:
     """The coder's prompt: one user message (reasoning models get no system prompt)."""
+    critique = critique_for_prompt(brief.critique, brief.previous.feedback if brief.previous else "")
     text = render("coder.j2", index=brief.index, candidates=brief.candidates, round=brief.round,
                   problem_name=brief.problem_name, problem_source=brief.problem_source,
                   backend_rule=BACKEND_RULES[brief.backend], plan=brief.plan, hints=brief.hints,
-                  best=brief.best, previous=brief.previous, others=brief.others, critique=brief.critique,
+                  best=brief.best, previous=brief.previous, others=brief.others, critique=critique,
                   previous_is_start=brief.previous is not None and brief.previous.id == START_ID)
     return [Message(role="user", content=text)]
 
@@ -133,7 +153,8 @@ def write_candidate(brief: CoderBrief, client: ChatModel) -> tuple[Attempt, Mode
     """Ask for one candidate and extract it. Endpoint failures become an attempt with `model_error`."""
     messages = coder_messages(brief)
     attempt = Attempt(id=brief.attempt_id, round=brief.round, index=brief.index, backend=brief.backend,
-                      model=brief.model, prompt_sha256=messages_sha256(messages))
+                      model=brief.model, prompt_sha256=messages_sha256(messages),
+                      prompt_chars=sum(len(m.content) for m in messages))
     started = time.perf_counter()
     try:
         turn = ask(client, turn_key("coder", brief.attempt_id), messages)

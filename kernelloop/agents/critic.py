@@ -14,11 +14,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from kernelloop.agents.calls import ask
 from kernelloop.agents.coder import Attempt
 from kernelloop.agents.critic_facts import profile_lines, wrong_output_fixes
 from kernelloop.agents.planner import ReferenceFacts
 from kernelloop.agents.prompts import render
-from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, ask, turn_key
+from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, turn_key
 from kernelloop.errors import error_line
 from kernelloop.results import Code, Status, Verdict
 
@@ -119,7 +120,7 @@ def _incorrect_fixes(verdict: Verdict) -> list[str]:
     elif code is Code.wrong_type:
         fixes.append(f"{verdict.reason}: return exactly the reference's shapes and dtypes as plain tensors")
     if verdict.localisation is not None:
-        return fixes + wrong_output_fixes(verdict.localisation, interpreter_shuffled=verdict.device == "cpu")
+        return fixes + wrong_output_fixes(verdict.localisation)
     if code in (Code.mismatch, Code.off_on_most, Code.biased) and rel is not None and rel >= 0.5:
         fixes.append(f"the result is wrong, not imprecise (rel_err {rel:.2g}): check indexing, strides, the "
                      "reduction axis and which elements each program writes")

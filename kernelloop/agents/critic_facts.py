@@ -6,6 +6,7 @@ so a fact the verifier does not produce cannot be read (tests/unit/test_critic_s
 
 from __future__ import annotations
 
+from kernelloop.agents.causes import offered
 from kernelloop.results import Localisation, NcuFacts, Profile, Verdict
 from kernelloop.tools.verify.localise import describe
 
@@ -17,50 +18,9 @@ UNCOALESCED_SECTORS = 8.0  # global-load sectors per request: 4 is 32-bit coales
 BANK_CONFLICT_SHARE = 0.1  # conflicts per shared-memory wavefront
 
 
-def wrong_output_fixes(loc: Localisation, interpreter_shuffled: bool) -> list[str]:
-    """The fixes the localisation points at, first; then its facts as they are."""
-    fixes: list[str] = []
-    if loc.irregular_only:
-        fixes.append("wrong only on the irregular shapes (not multiples of 16): a tail or boundary is not masked; "
-                     "mask every load and store with offsets < size and launch cdiv(size, BLOCK) programs")
-    if loc.tail_from is not None:
-        fixes.append(f"only the tail is wrong (from flat index {loc.tail_from}): the last partial block is not "
-                     "handled; launch triton.cdiv(n, BLOCK) programs and mask loads/stores with offs < n")
-    if loc.block is not None:
-        fixes.append(f"wrong at position(s) {loc.block_positions} of every block of {loc.block}: an off-by-one at "
-                     "the block boundary; check the block's start/end offsets and `<` versus `<=` in the mask")
-    elif loc.period is not None:
-        fixes.append(f"wrong at every {loc.period}th element: an index or stride off by a constant")
-    if loc.first_row_only_right:
-        fixes.append("only row 0 is right and every other row is wrong: the row stride (or row offset) is wrong; "
-                     "pass x.stride(0) and use row * stride_row")
-    # Most rows, not every row: on a GPU a row whose largest value dominates can still come out right.
-    across_rows = loc.rows and loc.rows_bad >= max(2, 0.9 * loc.rows)
-    if loc.nonfinite and loc.rows and (loc.whole_rows or across_rows) and loc.tail_from is None:
-        which = ("fills whole rows" if loc.whole_rows else
-                 f"appears in {'every row' if loc.rows_bad == loc.rows else 'almost every row'} "
-                 f"({loc.rows_bad} of {loc.rows})")
-        fixes.append(f"{loc.nonfinite_kind} {which} where the reference is finite: an overflow in a row reduction "
-                     "(exp of large values: subtract the row max before tl.exp) or rows never written")
-    elif loc.nonfinite:
-        fixes.append(f"{loc.nonfinite_kind} where the reference is finite, first at {loc.first_nonfinite}: "
-                     "unwritten output elements or an overflow; every element must be written, masked loads need "
-                     "`other=`")
-    if loc.blocks and not loc.whole_rows:
-        why = (" and the CPU interpreter ran the programs in a shuffled order: programs depend on each other's "
-               "results (a race across programs); each program may read only what it computes itself, or use "
-               "atomics" if interpreter_shuffled else
-               ": check which program writes which block; if a program reads what another writes (a carry, a "
-               "running total), that is a race across programs: programs run in no fixed order, so each may read "
-               "only what it computes itself, or use atomics or a second pass")
-        fixes.append(f"whole blocks of {loc.block_size} elements are wrong ({loc.blocks_bad} of {loc.blocks}), the "
-                     f"rest right{why}")
-    spread = loc.rows and loc.rows_bad == loc.rows and loc.columns_bad == loc.columns
-    if not fixes and loc.median_rel_err is not None and loc.median_rel_err < 0.05 and (spread or not loc.rows):
-        fixes.append(f"close everywhere but not close enough (median relative error {loc.median_rel_err:.2g} over "
-                     f"{loc.bad} elements): a precision loss, not an indexing bug; accumulate in float32 (tl.float32 "
-                     "accumulators, .to(tl.float32) before sums and dots) and keep the reference's order of operations")
-    return fixes + describe(loc)
+def wrong_output_fixes(loc: Localisation) -> list[str]:
+    """The causes whose facts hold (agents/causes.py), first; then the facts as they are."""
+    return [cause.says(loc) for cause in offered(loc)] + describe(loc)
 
 
 def _roofline_lines(profile: Profile) -> list[str]:

@@ -13,8 +13,9 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, Field
 
+from kernelloop.agents.calls import ask
 from kernelloop.agents.prompts import render
-from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, ask, turn_key
+from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, turn_key
 from kernelloop.errors import error_line
 from kernelloop.problem import Problem
 

@@ -1,8 +1,10 @@
-"""One model call as data, and how agents make one.
+"""One model call as data, and the clients that answer by key.
 
-Agents call `ask(model, key, messages)`. `model` is any LangChain chat model (the default is
+Agents call `calls.ask(model, key, messages)`. `model` is any LangChain chat model (the default is
 llm.make_chat_model(): ChatOpenAI on an OpenAI-compatible endpoint) or a `KeyedChatClient`:
-something that answers by key, such as `KeyedReplayChatClient` re-serving a recorded run.
+something that answers by key, such as `KeyedReplayChatClient` re-serving a recorded run (its
+live fallback is keyed too: calls.Asking). This module imports no model layer, so llm.py may
+import it without a cycle.
 Every turn keeps the exact messages that were sent beside the reply, so a run directory is a
 complete record; the prompt's hash is what an honest replay compares.
 """
@@ -104,21 +106,6 @@ class ReplayExhausted(RuntimeError):
     """A strict replay can't answer: no turn recorded for the key, or its prompt changed."""
 
 
-def ask(model: ChatModel, key: str, messages: list[Message]) -> ModelTurn:
-    """One model call: by key for a keyed client, else through the LangChain chat model.
-
-    The returned turn carries the messages sent (R1's: system text folded into the first user message).
-    """
-    from kernelloop.agents.llm import call_model, to_r1_messages  # lazy: langchain loads only for live calls
-
-    wire = [Message(**m) for m in to_r1_messages(messages)]
-    if isinstance(model, KeyedChatClient):
-        turn = model.complete_keyed(key, wire)
-    else:
-        turn = call_model(model, wire)
-    return turn if turn.messages else turn.model_copy(update={"messages": wire})
-
-
 class RecordedTurn(BaseModel):
     """One model call as stored in a run directory or a recording file."""
 
@@ -137,14 +124,18 @@ class KeyedReplayChatClient:
     carry no hash and are served as they are.
     """
 
-    def __init__(self, recorded: list[RecordedTurn], model_name: str = "replay", fallback: Any = None):
-        """recorded: may hold several turns per key (a thread's branches); the first whose prompt matches wins."""
+    def __init__(self, recorded: list[RecordedTurn], model_name: str = "replay", fallback: KeyedChatClient | None = None,
+                 own_thread: bool = False):
+        """recorded: may hold several turns per key (a thread's branches); the first whose prompt matches wins.
+        own_thread: the turns are the thread's own, re-served by a resume (nobody recorded anything): a turn
+        never answered before is the run going on, asked of the model without a word."""
         self._by_key: dict[str, list[RecordedTurn]] = {}
         for item in recorded:
             self._by_key.setdefault(item.key, []).append(item)
         self.model_name = model_name
         self.fallback = fallback
         self.live_keys: list[str] = []
+        self.own_thread = own_thread
 
     @property
     def keys(self) -> list[str]:
@@ -155,8 +146,13 @@ class KeyedReplayChatClient:
         fits = next((item for item in found if not item.prompt_sha256 or item.prompt_sha256 == prompt), None)
         if fits is not None:
             return fits.turn.model_copy(update={"replayed": True, "messages": messages})
+        if not found and self.own_thread and self.fallback is not None:
+            log.info("%s was not answered before the run stopped: asking the model", key)
+            self.live_keys.append(key)
+            return self.fallback.complete_keyed(key, messages)
         if not found:
-            why = f"the recording has no model turn for {key} ({len(self._by_key)} recorded)"
+            what = "this thread has" if self.own_thread else "the recording has"
+            why = f"{what} no model turn for {key} ({len(self._by_key)} recorded)"
         else:
             why = (f"the prompt of {key} changed since it was recorded (a template edit or a fork's hint), and a "
                    "recorded reply is never served to another prompt")
@@ -167,4 +163,4 @@ class KeyedReplayChatClient:
         listener = current_listener()
         if listener is not None and listener.on_live is not None:
             listener.on_live(f"{why}: asked the model")
-        return ask(self.fallback, key, messages)
+        return self.fallback.complete_keyed(key, messages)

@@ -19,6 +19,7 @@ if AS_PROGRAM and len(sys.argv) > 1 and not {"--help", "-h"} & set(sys.argv[1:])
 
 # Importing a command module registers its commands.
 from kernelloop.cli import bench_cmd, doctor_cmd, mcp_cmd, profile_cmd, runs_cmd, solve_cmd, verify_cmd  # noqa: F401
-from kernelloop.cli._app import app
+from kernelloop.cli._app import app, escape_help
 
+escape_help(app)
 __all__ = ["app"]

@@ -37,6 +37,8 @@ TARGET_HELP = (f"stop at this speedup over the baseline; 'none': the first corre
                f"[default: {format_target(defaults.TARGET_SPEEDUP)}]")
 CANDIDATES_HELP = (f"candidates per round, written in parallel (1-{defaults.MAX_CANDIDATES}) "
                    f"[default: {defaults.CANDIDATES}]")
+CHECKPOINTS_HELP = ("checkpoint DB: sqlite:///file or postgresql://... URL (or KERNELLOOP_CHECKPOINTS, kernelloop.toml's "
+                    "checkpoints) [default: WORKSPACE/checkpoints.sqlite]")
 ROUNDS_HELP = f"rounds at most [default: {defaults.MAX_ROUNDS}]"
 SETTINGS_NOTE = ("Unset flags come from KERNELLOOP_* variables, .env or kernelloop.toml "
                  "(`kernelloop doctor` shows which).")

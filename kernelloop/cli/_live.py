@@ -39,7 +39,14 @@ class LiveView:
         self._running = False
 
     def __enter__(self) -> LiveView:
-        return self  # drawn from the run's first report on: an error before the run starts stands alone
+        # On a terminal it shows at once (the verifier's workers and the checkpoints take seconds to open);
+        # elsewhere it is drawn from the run's first report on, so an error before the run starts stands alone.
+        if _screen.is_terminal:
+            self.note = "starting: opening the verifier and the checkpoints"
+            self._refresh()
+            if self._live is not None:
+                self._live.refresh()  # drawn now, not at the next tick
+        return self
 
     def __exit__(self, *exc) -> None:
         self.stop()

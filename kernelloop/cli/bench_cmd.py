@@ -71,6 +71,14 @@ class _PoolLease:
         """The pool is closed once, by the bench command."""
 
 
+def _callers(pool: VerifierPool, mode) -> list[str]:
+    """One bench worker per device; scoring candidates, more, as many as the compile stage builds
+    ahead of the devices (pool.parallel_callers), each labelled with the device they end up on."""
+    slots = pool.slots
+    extra = getattr(pool, "parallel_callers", len(slots)) - len(slots) if mode.value == "candidates" else 0
+    return slots + [slots[i % len(slots)] for i in range(max(0, extra))]
+
+
 def _verifier_factory(pool: VerifierPool):
     return lambda device: _PoolLease(pool)
 
@@ -137,7 +145,7 @@ def _print_summary(summary: BenchSummary) -> None:
     for name, metrics in summary.by_baseline.items():
         geomean = "-" if metrics.geomean_speedup is None else f"{metrics.geomean_speedup:.2f}x"
         # fast_p over 0 means nothing without a timing: "not timed", never a 0.0% that reads as slow
-        cells = [f"{100 * v:.1f}%" if p == "0" or metrics.timed else "not timed" for p, v in metrics.fast_p.items()]
+        cells = [f"{100 * v:.1f}%" if v is not None else "not timed" for v in metrics.fast_p.values()]
         table.add_row(plain(name), *cells, geomean, str(metrics.timed))  # a problem may name its own baselines
     console.print(table)
     console.print(plain(tokens_line(summary), 4000), highlight=False)
@@ -277,7 +285,7 @@ def bench(
             work = agent_work(_agent_solve_fn(endpoint, space, pool, price), budget_s)
         out_dir = out or space / "bench" / f"{chosen.name}-{mode.value}"
         try:
-            result = run_bench(chosen, mode, work, pool.slots, out_dir, candidates_dir=candidates,
+            result = run_bench(chosen, mode, work, _callers(pool, mode), out_dir, candidates_dir=candidates,
                                budget_s=budget_s if mode is Mode.agent else None, show_progress=progress,
                                listed=chosen_list, stop_after_s=stop_after_s)
         except ProblemError as exc:

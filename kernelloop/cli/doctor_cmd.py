@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from kernelloop.cli._app import app
-from kernelloop.cli._common import WORKSPACE_HELP
+from kernelloop.cli._common import WORKSPACE_HELP, settings
+
+if TYPE_CHECKING:
+    from kernelloop.settings import Settings
 
 console = Console(soft_wrap=True)
 MARK = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[bold red]FAIL[/bold red]",
@@ -33,7 +37,9 @@ def doctor(
     """Check torch, triton, CUDA, NVML, ncu, the sandbox (bubblewrap or plain), the endpoint and the workspace."""
     from kernelloop.doctor import run_checks  # lazy: keeps `kernelloop --help` fast
 
-    checks = run_checks(base_url=base_url, model=model, api_key=api_key, workspace=workspace)
+    flags = {"base_url": base_url, "model": model, "api_key": api_key, "home": workspace}
+    chosen = settings(**flags)  # a bad setting is one line and exit 2 here, as in every command
+    checks = run_checks(chosen, **flags)
     if json_out:
         print(json.dumps([asdict(check) for check in checks]))
     else:
@@ -42,19 +48,16 @@ def doctor(
             if check.name != "settings" or check.status != "ok":  # its values get their own table below
                 table.add_row(MARK[check.status], check.name, check.detail, check.fix)
         console.print(table)
-        _print_settings(base_url=base_url, model=model, api_key=api_key, home=workspace)
+        _print_settings(chosen, **flags)
     raise typer.Exit(1 if any(check.status == "fail" for check in checks) else 0)
 
 
-def _print_settings(**flags) -> None:
+def _print_settings(chosen: Settings, **flags) -> None:
     """Each setting, its value and where it came from: flag > env > .env > kernelloop.toml > default."""
     from kernelloop.doctor import shown_value
-    from kernelloop.settings import ConfigError, load_settings, origins
+    from kernelloop.settings import origins
 
-    try:
-        values = load_settings(**flags).model_dump()
-    except ConfigError:  # already a failed check above
-        return
+    values = chosen.model_dump()
     where = origins(**flags)
     table = Table("setting", "value", "from", box=None, padding=(0, 1), title="settings", title_justify="left")
     for name, value in values.items():

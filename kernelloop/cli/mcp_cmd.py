@@ -35,7 +35,6 @@ def mcp(
     from kernelloop.mcp_server import serve  # lazy: the MCP SDK loads only for this command
 
     try:
-        serve(transport.value, host=host, port=port, device=chosen.device, ray=ray,
-              workspace=str(chosen.home.expanduser().resolve()))
+        serve(transport.value, host=host, port=port, ray=ray, settings=chosen)
     except ValueError as exc:  # PoolError: no such device, no Ray, no cluster
         fail_usage(str(exc).splitlines()[0])

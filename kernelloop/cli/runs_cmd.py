@@ -30,8 +30,17 @@ from rich.tree import Tree
 
 from kernelloop import defaults
 from kernelloop.cli._app import app
-from kernelloop.cli._common import WORKSPACE_HELP, duration_flag, errors, fail_usage, plain, quoted, target_flag
-from kernelloop.cli._common import workspace_path as workspace_dir
+from kernelloop.cli._common import (
+    CHECKPOINTS_HELP,
+    WORKSPACE_HELP,
+    duration_flag,
+    errors,
+    fail_usage,
+    plain,
+    quoted,
+    settings,
+    target_flag,
+)
 from kernelloop.cli._live import STYLE, LiveView, ask_review
 from kernelloop.cli.solve_cmd import interrupted, print_result
 from kernelloop.safe_text import printable
@@ -45,10 +54,17 @@ app.add_typer(runs_app, name="runs")
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)  # pipes get whole ids
 
 WORKSPACE = typer.Option(None, help=WORKSPACE_HELP, show_default=False)
-CHECKPOINTS = typer.Option(None, help="checkpoint DB: sqlite:///file or postgresql://... URL")
+CHECKPOINTS = typer.Option(None, help=CHECKPOINTS_HELP, show_default=False)
 STRICT_HELP = ("only recorded model turns: no endpoint; a changed or missing prompt is an error (default: recorded "
                "turns where the prompt is unchanged, the model for the rest)")
 JSON_OUT = typer.Option(False, "--json", help="print JSON (one object or array, on the last stdout line)")
+
+
+def _where(workspace: Path | None, checkpoints: str | None) -> tuple[Path, str | None]:
+    """The workspace and checkpoint URL from the command's Settings: --workspace / --checkpoints, else
+    KERNELLOOP_HOME / KERNELLOOP_CHECKPOINTS, .env, kernelloop.toml's home / checkpoints, else the defaults."""
+    chosen = settings(home=workspace, checkpoints=checkpoints)
+    return chosen.workspace.root, chosen.checkpoints
 
 
 def _open(checkpoints: str | None, space: Path):
@@ -97,7 +113,7 @@ def list_runs(workspace: Path | None = WORKSPACE, checkpoints: str | None = CHEC
     """Every thread, newest first: problem, status, best attempt and speedup."""
     from kernelloop.graph.checkpoint import thread_ids
 
-    space = workspace_dir(workspace)
+    space, checkpoints = _where(workspace, checkpoints)
     with _reading(checkpoints, space) as (saver, build_graph):
         graph = build_graph(saver)
         summaries = [_thread(graph, space, tid)[2] for tid in thread_ids(saver)]
@@ -112,7 +128,13 @@ def list_runs(workspace: Path | None = WORKSPACE, checkpoints: str | None = CHEC
                       plain(s.status, style=STYLE.get(s.status, "")),
                       f"{s.best_speedup:.3g}x" if s.best_speedup is not None else "-", str(s.attempts),
                       str(s.rounds), plain(s.stop_reason or ""))
-    console.print(table if summaries else f"no runs in {space}")
+    if summaries:
+        console.print(table)
+    else:  # say where it looked, so a run kept elsewhere is one flag or setting away
+        where = checkpoints if checkpoints else str(space / "checkpoints.sqlite")
+        console.print(plain(f"no runs in {where} (the workspace {space}); runs kept elsewhere: --workspace DIR or "
+                            "KERNELLOOP_HOME, --checkpoints URL or KERNELLOOP_CHECKPOINTS (or kernelloop.toml)", 4000),
+                      highlight=False)
 
 
 @runs_app.command("show")
@@ -124,7 +146,7 @@ def show(thread: str, turn: str | None = typer.Option(None, "--turn", help="one 
     from kernelloop.graph.history import branches, step_row
     from kernelloop.graph.state import attempts_of, settings_of
 
-    space = workspace_dir(workspace)
+    space, checkpoints = _where(workspace, checkpoints)
     with _reading(checkpoints, space) as (saver, build_graph):
         graph = build_graph(saver)
         snapshot, run, summary = _thread(graph, space, thread)
@@ -211,7 +233,7 @@ def diff(left: str = typer.Argument(..., help="THREAD (its best attempt) or THRE
     from kernelloop.graph.history import code_diff, side
     from kernelloop.graph.state import attempts_of, best_of, settings_of
 
-    space = workspace_dir(workspace)
+    space, checkpoints = _where(workspace, checkpoints)
     left_thread = left.split(":", 1)[0]
     if ":" not in right and ":" in left and right.startswith("r") and "c" in right:
         right = f"{left_thread}:{right}"  # an attempt of the same thread
@@ -267,7 +289,7 @@ def resume(thread: str, base_url: str | None = None, model: str | None = None, a
     """Continue a thread from its last checkpoint: nothing done is redone, no attempt is verified twice."""
     from kernelloop.runs import resume as resume_thread
 
-    space = workspace_dir(workspace)
+    space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: resume_thread(
         thread, recorded=recorded, base_url=base_url, model=model, api_key=api_key, workspace=space,
         checkpoint_url=checkpoints, **ui), checkpoints)
@@ -283,7 +305,7 @@ def replay(thread: str, checkpoint: str | None = typer.Option(None, help="checkp
     """Re-execute a thread from a checkpoint (the steps after it run again; the ones before are kept)."""
     from kernelloop.runs import replay as replay_thread
 
-    space = workspace_dir(workspace)
+    space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: replay_thread(
         thread, checkpoint, recorded=recording or recorded, reverify=reverify, base_url=base_url, model=model,
         api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui), checkpoints)
@@ -309,7 +331,7 @@ def fork(thread: str, checkpoint: str = typer.Option(..., help="checkpoint id to
         "candidates": candidates}.items() if value is not None}
     if target is not None:
         changes["target_speedup"] = target_flag(target)  # 'none' -> None: stop at the first correct kernel
-    space = workspace_dir(workspace)
+    space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: fork_thread(
         thread, checkpoint, hint=hint, changes=changes, recorded=recorded, base_url=base_url, model=model,
         api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui), checkpoints)
@@ -320,7 +342,7 @@ def export(thread: str, out: Path, workspace: Path | None = WORKSPACE, checkpoin
     """Write the thread's model turns (plan, coders, critic) as a recording: `solve --recorded OUT` re-serves it."""
     from kernelloop.graph.rundir import recorded_turns, write_recording
 
-    space = workspace_dir(workspace)
+    space, checkpoints = _where(workspace, checkpoints)
     with _reading(checkpoints, space) as (saver, build_graph):
         snapshot, run, _ = _thread(build_graph(saver), space, thread)
     turns = recorded_turns(run, snapshot.values)

@@ -23,6 +23,7 @@ from kernelloop.cli._app import app
 from kernelloop.cli._common import (
     BUDGET_HELP,
     CANDIDATES_HELP,
+    CHECKPOINTS_HELP,
     DEVICE_HELP,
     DISK_ERRNOS,
     ROUNDS_HELP,
@@ -118,12 +119,14 @@ def solve(
     start: str | None = typer.Option(defaults.START, metavar="KERNEL|auto", help=START_HELP, show_default=False),
     critic_model: bool = typer.Option(False, help="the critic also asks the model for advice (one call per round)"),
     json_out: bool = typer.Option(False, "--json", help="last stdout line: the result as one JSON object"),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="stream the model's replies, so its reasoning "
+                                "shows in the live view as it comes (off: for an endpoint that can't stream)"),
     base_url: str | None = typer.Option(None, help="OpenAI-compatible endpoint (or KERNELLOOP_BASE_URL)"),
     model: str | None = typer.Option(None, help="model name (or KERNELLOOP_MODEL)"),
     api_key: str | None = typer.Option(None, help="API key (or KERNELLOOP_API_KEY)"),
     recorded: Path | None = typer.Option(None, help="re-serve a recording (.jsonl or run dir) instead of a model"),
     workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
-    checkpoints: str | None = typer.Option(None, help="checkpoint DB: sqlite:///file or postgresql://... URL"),
+    checkpoints: str | None = typer.Option(None, help=CHECKPOINTS_HELP, show_default=False),
     thread: str | None = typer.Option(None, help="thread id to use (default: problem name + time)"),
 ) -> None:
     """Turn a PyTorch reference into a faster, verified kernel: plan, code, verify, critique, repeat."""
@@ -131,14 +134,17 @@ def solve(
         fail_usage(f"--backend must be triton, cuda or auto, not {backend!r}")
     device_flag(device)
     chosen = settings(budget=budget, candidates=candidates, target=target, max_rounds=max_rounds, device=device,
-                      backend=backend, home=workspace)
+                      backend=backend, home=workspace, checkpoints=checkpoints, base_url=base_url, model=model,
+                      api_key=api_key)
     if recorded is not None and not recorded.exists():
         fail_usage(f"--recorded: {recorded}: no such recording (a .jsonl file or a run dir)")
-    loaded = load_problem(problem, "PROBLEM")
-    start_record = load_start(start, loaded.name)
-    from kernelloop import runs as solving  # lazy: the agent loop loads only once the flags are good
+    # On a terminal, a line at once (torch and the agent loop take seconds to load); it clears itself.
+    with errors.status(f"kernelloop: loading {quoted(problem.name)} and the agent loop"):
+        loaded = load_problem(problem, "PROBLEM")
+        start_record = load_start(start, loaded.name)
+        from kernelloop import runs as solving  # lazy: the agent loop loads only once the flags are good
 
-    space = chosen.home.expanduser().resolve()
+    space = chosen.workspace.root
     # the flags a printed `runs resume` / `runs show` needs to find this thread again (the endpoint is remembered)
     flag = "".join(f" {name} {shlex.quote(str(value))}" for name, value in
                    (("--workspace", workspace), ("--checkpoints", checkpoints)) if value)
@@ -147,10 +153,8 @@ def solve(
     try:
         with view:
             result = solving.solve(
-                loaded, budget_s=chosen.budget, candidates=chosen.candidates, target_speedup=chosen.target,
-                baseline=baseline, max_rounds=chosen.max_rounds, device=chosen.device, backend=chosen.backend,
-                interactive=interactive, hints=hint, start=start_record, critic_model=critic_model, base_url=base_url, model=model,
-                api_key=api_key, recorded=recorded, workspace=space, checkpoint_url=checkpoints, thread_id=thread_id,
+                loaded, settings=chosen, baseline=baseline, interactive=interactive, hints=hint, start=start_record,
+                critic_model=critic_model, recorded=recorded, thread_id=thread_id, stream_reasoning=stream,
                 on_event=view.on_event, on_progress=view.on_progress,
                 on_review=(lambda p: ask_review(p, view)) if interactive else None)
     except KeyboardInterrupt:

@@ -166,8 +166,9 @@ def verify(
     strict: bool = typer.Option(False, help="reject any reference compute op still run through torch"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="measure speed (GPU only)"),
     fresh_timing: bool = typer.Option(False, "--fresh-timing", help=FRESH_TIMING_HELP),
-    timeout: float = typer.Option(defaults.VERIFY_TIMEOUT_S, min=1, help="seconds allowed for each of the compile "
-                                  "and run phases"),
+    timeout: float | None = typer.Option(None, min=1, help=f"seconds allowed for each of the compile and run phases "
+                                         f"[default: {defaults.COMPILE_TIMEOUT_S:g} s to compile, "
+                                         f"{defaults.RUN_TIMEOUT_S:g} s to run]", show_default=False),
     workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show the phase on stderr while it works"),
     timings: bool = typer.Option(False, "--timings", help="print where the wall time went, phase by phase (stderr); "
@@ -176,7 +177,7 @@ def verify(
     """Judge one candidate against its problem: correctness, rules, and speed on a GPU."""
     entered, age = time.perf_counter(), process_age_s()
     device_flag(device)
-    chosen = settings(device=device, home=workspace)
+    chosen = settings(device=device, home=workspace, compile_timeout=timeout, run_timeout=timeout)
     if not candidate.is_file() or not problem.is_file():  # one-line errors below; start nothing for them
         load_candidate(candidate, "CANDIDATE")
         load_problem(problem, "--problem")
@@ -194,8 +195,7 @@ def verify(
         try:
             with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
                                                      time_it=time_it, fresh_timing=fresh_timing,
-                                                     compile_timeout_s=timeout,
-                                                     run_timeout_s=timeout) as pool:
+                                                     **chosen.limits.model_dump()) as pool:
                 verdict = pool.verify(loaded_candidate, loaded_problem)
                 closing = time.perf_counter()
         except (ProblemError, ValueError) as exc:  # the problem failed itself, or no such device here

@@ -78,9 +78,10 @@ def p_label(p: float) -> str:
 
 
 def baseline_metrics(outcomes: Sequence[Outcome], thresholds: Iterable[float] = FAST_P_THRESHOLDS) -> BaselineMetrics:
-    return BaselineMetrics(fast_p={p_label(p): fast_p(outcomes, p) for p in thresholds},
-                           geomean_speedup=geomean_speedup(outcomes),
-                           timed=sum(o.correct and o.speedup is not None for o in outcomes))
+    """fast_p over p > 0 is None (null in summary.json) when no correct problem was timed: unknown, not 0%."""
+    timed = sum(o.correct and o.speedup is not None for o in outcomes)
+    return BaselineMetrics(fast_p={p_label(p): fast_p(outcomes, p) if p == 0 or timed else None for p in thresholds},
+                           geomean_speedup=geomean_speedup(outcomes), timed=timed)
 
 
 def add_usage(usages: Iterable[Usage | None]) -> Usage | None:

@@ -143,7 +143,8 @@ class BenchRecord(BaseModel):
 class BaselineMetrics(BaseModel):
     """KernelBench's metrics against one baseline, over all problems of the run."""
 
-    fast_p: dict[str, float] = Field(description="threshold p -> share of problems correct with speedup > p")
+    fast_p: dict[str, float | None] = Field(description="threshold p -> share of problems correct with speedup > p; "
+                                                        "null for p > 0 when no correct problem was timed")
     geomean_speedup: float | None = Field(description="over correct problems with a speedup; None when none")
     timed: int = Field(description="correct problems with a speedup over this baseline")
 
@@ -174,9 +175,9 @@ class BenchSummary(BaseModel):
     attempts: int = Field(description="verified attempts over all problems")
     solved: int
     correctness_rate: float | None = Field(description="solved / problems; None for baselines only")
-    fast_p: dict[str, float] = Field(default_factory=dict, description="against eager")
+    fast_p: dict[str, float | None] = Field(default_factory=dict, description="against eager; null: not timed")
     geomean_speedup: float | None = Field(default=None, description="against eager")
-    fast_p_compile: dict[str, float] = Field(default_factory=dict)
+    fast_p_compile: dict[str, float | None] = Field(default_factory=dict)
     geomean_speedup_compile: float | None = None
     by_baseline: dict[str, BaselineMetrics] = Field(default_factory=dict)
     per_problem: list[ProblemSummary] = Field(default_factory=list)

@@ -24,6 +24,7 @@ from kernelloop.agents.turns import ChatModel
 from kernelloop.config import workspace_dir
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Verdict
+from kernelloop.settings import load_settings
 
 
 @runtime_checkable
@@ -62,13 +63,15 @@ class Context:
         default=None, metadata={"description": "judges candidates; None: kernelloop.tools.verify.verifier.Verifier"})
     workspace: str | Path | None = field(
         default=None, metadata={"description": "run dirs live in WORKSPACE/runs/<thread_id>; None: workspace_dir()"})
-    device: str = field(default="auto", metadata={"description": "device for the default verifier"})
+    device: str | None = field(default=None, metadata={"description": "device for the default verifier: auto, cpu, "
+                                                                      "cuda or cuda:N; None: the Settings' "
+                                                                      "(KERNELLOOP_DEVICE, .env, kernelloop.toml)"})
     analyze: SkipJsonSchema[Callable[[Problem], ReferenceFacts | None] | None] = field(
         default=None, metadata={"description": "FLOPs/bytes/roofline of the reference for the planner"})
     reuse_verdicts: bool = field(
         default=True, metadata={"description": "read back verdicts already journaled for the same code "
                                                "(a resumed run never verifies an attempt twice)"})
-    session_started_at: float = field(
+    session_started_at: SkipJsonSchema[float] = field(  # internal: never a field of Studio's form
         default_factory=time.time, metadata={"description": "time.time() this invoke began; earlier time "
                                                             "(a killed process, a human at a prompt) isn't spent"})
     clock: SkipJsonSchema[Callable[[], float]] = field(
@@ -88,7 +91,9 @@ class Context:
             if self.verifier is None:
                 from kernelloop.tools.verify.verifier import Verifier  # lazy: starts a worker process
 
-                self.verifier = Verifier(device=self.device, workspace=self.workspace_path())
+                chosen = load_settings(device=self.device, home=self.workspace)  # the one way, as every entry point
+                self.verifier = Verifier(device=chosen.device, workspace=chosen.workspace.root,
+                                         **chosen.limits.model_dump())
             return self.verifier
 
     def workspace_path(self) -> Path:

@@ -27,6 +27,7 @@ from kernelloop.graph.rundir import RunDir
 from kernelloop.graph.state import (
     CLEAR,
     Review,
+    RunSettings,
     State,
     attempts_of,
     best_of,
@@ -85,7 +86,8 @@ def _listener(runtime: Runtime[Context], round_: int, attempt_id: str | None = N
 def planner(state: State, runtime: Runtime[Context]) -> dict:
     """Roofline facts of the reference, then one model call for the plan."""
     context, run = runtime.context, _run_dir(runtime)
-    settings, record = settings_of(state), problem_of(state)
+    # The run's input, checked once and kept whole: a typo or a wrong hash stops here; a path is read once.
+    settings, record = RunSettings.from_input(state.get("settings") or {}), problem_of(state)
     _emit(runtime, RunEvent(kind="planning"))
     problem = run.problem(record.name, record.source, record.trusted)
     facts: ReferenceFacts | None = None
@@ -105,7 +107,8 @@ def planner(state: State, runtime: Runtime[Context]) -> dict:
         plan.turn_file, plan.turn_sha256 = run.save_turn(key, turn)
         usage.append(TurnUsage.of(key, 0, turn).model_dump())
     _emit(runtime, RunEvent(kind="planned", message=plan.model_error or plan.backend))
-    return {"facts": facts.model_dump(mode="json") if facts else None, "plan": plan.model_dump(mode="json"),
+    return {"problem": record.model_dump(), "settings": settings.model_dump(),
+            "facts": facts.model_dump(mode="json") if facts else None, "plan": plan.model_dump(mode="json"),
             "usage": usage, "hints": list(state.get("hints") or []), "round": 0, "attempts": [], "critiques": [],
             "best_id": None, "stop_requested": False, "stop_reason": None, "status": "running",
             "phase": "planned", **_tick(state, context)}
@@ -174,7 +177,7 @@ def _verify_one(attempt: Attempt, run: RunDir, problem, runtime: Runtime[Context
 def verifier(state: State, runtime: Runtime[Context]) -> dict:
     """Verify the round's drafts, then keep the best so far. One at a time on a single verifier
     (one GPU times one kernel at a time; the CPU interpreter is too heavy to share); as many at
-    once as a pool has workers (`size`, e.g. one per GPU)."""
+    once as a pool takes (`parallel_callers`: one per GPU, plus its compile stage's build slots)."""
     run, settings, record = _run_dir(runtime), settings_of(state), problem_of(state)
     drafts = {d["id"]: Attempt.model_validate(d) for d in state.get("drafts") or []}
     if not drafts:
@@ -192,7 +195,9 @@ def verifier(state: State, runtime: Runtime[Context]) -> dict:
         else:
             pending.append(attempt)
             _emit(runtime, RunEvent(kind="verifying", round=attempt.round, attempt_id=attempt.id))
-    width = min(len(pending), max(1, int(getattr(runtime.context.get_verifier(), "size", 1)))) if pending else 1
+    # A pool with a compile stage takes more callers than it has devices: the next candidates build while one is timed.
+    judge = runtime.context.get_verifier()
+    width = min(len(pending), max(1, int(getattr(judge, "parallel_callers", getattr(judge, "size", 1))))) if pending else 1
     if width > 1:
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="kernelloop-verify") as workers:
             list(workers.map(lambda attempt: _verify_one(attempt, run, problem, runtime), pending))

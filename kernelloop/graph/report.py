@@ -64,7 +64,7 @@ def summarize(run: RunDir, state: StateLike, run_status: str | None = None, stop
         status=best.status if best is not None else "no_attempt",
         best_speedup=best.speedup_vs(settings.baseline) if best is not None else None,
         best_id=best.id if best is not None else None,
-        best_kernel=str(kernel) if best is not None and kernel.is_file() else None,
+        best_kernel=str(kernel) if best is not None and best.status == "correct" and kernel.is_file() else None,
         attempts=len(state.get("attempts") or []), rounds=state.get("round", 0),
         stop_reason=stop_reason or state.get("stop_reason"),
         run_status=run_status or ("finished" if state.get("status") == "finished" else "running"),
@@ -133,10 +133,13 @@ def render_report(summary: RunSummary, state: StateLike) -> str:
 
 
 def write_outputs(run: RunDir, state: StateLike, run_status: str, stop_reason: str | None = None) -> RunSummary:
-    """Write best_kernel.py (when any attempt has code), result.json and report.md; return the summary."""
+    """Write best_kernel.py (only when the best attempt is correct: a failure is no kernel to use), result.json
+    and report.md; return the summary."""
     best = best_of(state)
-    if best is not None and best.code:
+    if best is not None and best.code and best.status == "correct":
         write_atomic(run.path("best_kernel.py"), best.code)
+    else:
+        run.path("best_kernel.py").unlink(missing_ok=True)  # one an older version wrote for a failure
     summary = summarize(run, state, run_status, stop_reason)
     prices = prices_of(state)
     record = summary.model_dump(mode="json") | {

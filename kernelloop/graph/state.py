@@ -11,9 +11,10 @@ run directory; the state keeps their paths (relative to the run dir) and hashes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import TypedDict
 
 from kernelloop import defaults
@@ -28,7 +29,11 @@ CLEAR = {"clear": True}  # written to `drafts` by the verifier once a round's dr
 
 
 class RunSettings(BaseModel):
-    """The knobs of one run; a fork may change them."""
+    """The knobs of one run; a fork may change them. A name it does not have is an error (a typo in a
+    LangGraph Server input or a parent graph's state is never dropped). `from_input` fills what a run's
+    input leaves out from the Settings (KERNELLOOP_* > .env > kernelloop.toml > defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["triton", "cuda", "auto"] = Field(default=defaults.BACKEND, description="'auto': the planner picks")
     device: str = Field(default=defaults.DEVICE, description="verifier device: 'auto', 'cpu', 'cuda' or 'cuda:N'")
@@ -47,15 +52,51 @@ class RunSettings(BaseModel):
     critic_model: bool = Field(default=False, description="the critic also asks the model for advice")
 
 
-class ProblemRecord(BaseModel):
-    """The reference being beaten: its source is in the state, so a replay needs no original file."""
+    @classmethod
+    def from_input(cls, given: Mapping[str, Any] | RunSettings) -> RunSettings:
+        """A run's settings as its input gives them, the rest from the Settings, the one way every entry
+        point makes them (LangGraph Server and a parent graph give a partial dict)."""
+        from kernelloop.settings import load_settings  # lazy: pydantic-settings reads files
 
-    name: str
-    path: str = Field(description="where it was loaded from (informational)")
-    source: str
-    sha256: str
+        chosen = load_settings()
+        known = {"backend": chosen.backend, "device": str(chosen.device), "target_speedup": chosen.target,
+                 "max_rounds": chosen.max_rounds, "candidates": chosen.candidates, "budget_s": chosen.budget,
+                 "base_url": chosen.base_url}
+        given = given.model_dump(exclude_unset=True) if isinstance(given, RunSettings) else dict(given)
+        return cls.model_validate({k: v for k, v in known.items() if v is not None} | given)
+
+
+class ProblemRecord(BaseModel):
+    """The reference being beaten: its source is in the state, so a replay needs no original file.
+
+    As a run's input, give a path or the source (and a name); the hash is computed, and a sha256 given
+    with the source must match it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="", description="the problem's name (default: the file's stem, or 'problem')")
+    path: str = Field(default="", description="a problem file to read, or where the source came from")
+    source: str = Field(default="", description="the problem file's text (class Model, get_inputs, "
+                                                "get_init_inputs); empty: read from path")
+    sha256: str = Field(default="", description="computed from the source; if given, it must match")
     trusted: bool = Field(default=True, description="False: a problem from outside (MCP, LangChain, a bench "
                                                     "directory), never imported in the orchestrator's process")
+
+    @model_validator(mode="after")
+    def _complete(self) -> ProblemRecord:
+        from kernelloop.problem import read_source, sha256_text  # lazy: the state module stays light
+
+        if not self.source:
+            if not self.path:
+                raise ValueError("a problem needs a path or its source")
+            self.source = read_source(Path(self.path), "problem")
+        digest = sha256_text(self.source)
+        if self.sha256 and self.sha256 != digest:
+            raise ValueError(f"sha256 {self.sha256[:16]!r} does not match the source's ({digest[:16]}...): "
+                             "leave it out, it is computed")
+        self.sha256 = digest
+        self.name = self.name or (Path(self.path).stem if self.path else "problem")
+        return self
 
 
 def add_usage(current: list[dict] | None, update: list[dict]) -> list[dict]:
@@ -79,10 +120,11 @@ class Review(BaseModel):
 
 
 class InputState(TypedDict):
-    """What a run starts from."""
+    """What a run starts from: typed, so LangGraph Studio shows a form (the values stay plain dicts in the
+    state; the first node validates them, and a typo is an error)."""
 
-    problem: dict  # ProblemRecord
-    settings: dict  # RunSettings
+    problem: ProblemRecord  # a path or the source; the hash is computed
+    settings: NotRequired[RunSettings]  # what is left out comes from the Settings (RunSettings.from_input)
     hints: NotRequired[list[str]]  # hints the coders get from the first round
     start: NotRequired[dict]  # starts.StartRecord: the kernel attempt 0 is (solve --start); absent: from scratch
 
@@ -113,7 +155,7 @@ StateLike = Mapping[str, Any]
 
 
 def settings_of(state: StateLike) -> RunSettings:
-    return RunSettings.model_validate(state["settings"])
+    return RunSettings.model_validate(state.get("settings") or {})
 
 
 def problem_of(state: StateLike) -> ProblemRecord:

@@ -35,8 +35,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-import kernelloop
-
 Mode = Literal["bubblewrap", "plain"]
 MODE_ENV = "KERNELLOOP_SANDBOX"
 GPU_MEMORY_FRACTION_ENV = "KERNELLOOP_GPU_MEMORY_FRACTION"
@@ -267,7 +265,7 @@ def _within(path: Path, root: Path) -> bool:
 def _python_paths() -> list[Path]:
     """What the zygote needs to start Python and import the package: the interpreter, the
     install prefixes, every import path of this process, and the package's own root."""
-    package_root = Path(kernelloop.__file__).resolve().parents[1]
+    package_root = Path(__file__).resolve().parents[2]
     found = [Path(sys.executable).parent, Path(sys.executable).resolve().parent, Path(sys.prefix),
              Path(sys.base_prefix), Path(sys.exec_prefix), package_root]
     found += [Path(entry) for entry in sys.path if entry and os.path.isabs(entry)]

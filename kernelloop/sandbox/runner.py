@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import kernelloop
 from kernelloop import progress
 from kernelloop.sandbox import held_files
 from kernelloop.sandbox.isolation import (
@@ -108,7 +107,7 @@ def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None, pre
     with `bytecode_writes` (trusted workers); never written anywhere else."""
     env = {k: v for k, v in os.environ.items()
            if k in ENV_ALLOWLIST and not secret_looking(k)}
-    package_root = str(Path(kernelloop.__file__).resolve().parents[1])
+    package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     env.update(cache_env(cache_dir))
     env["PYTHONUNBUFFERED"] = "1"

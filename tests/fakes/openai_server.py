@@ -274,6 +274,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.fake._enter_flight()
         try:
             entry = self.fake._next_entry(body["messages"])
+            if body.get("stream") and isinstance(entry, Hang):  # streamed, a hang waits as long, then streams
+                self.fake._sleep(entry.seconds)
+                entry = entry.then
             if body.get("stream") and isinstance(entry, (Reply, Stall)):
                 self._stream(entry, bool((body.get("stream_options") or {}).get("include_usage")))
                 return

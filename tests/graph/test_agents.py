@@ -121,3 +121,39 @@ def test_turn_latency_and_tokens_land_on_the_attempt():
 
     attempt, _ = write_candidate(BRIEF, ScriptedChatClient(timed))
     assert (attempt.model_s, attempt.completion_tokens, attempt.status) == (42.0, 900, "unverified")
+
+
+def _incorrect_with_facts(index: int) -> Verdict:
+    from kernelloop.results import Localisation
+    from kernelloop.tools.verify.localise import describe
+
+    loc = Localisation(output=0, trial=1, shape=[48, 1000], numel=48000, bad=23472 + index, rows=48, rows_bad=48,
+                       columns=1000, columns_bad=531, reruns=2, unwritten=23424, unwritten_kind="row_tail",
+                       unwritten_region="columns 512-999 (of 1000) were never written, in every row",
+                       relation_kind="row_factor", relation="the wrong elements are off by a constant factor per row")
+    reason = f"nan: output 0 has 23424 values whose NaN/inf does not match (trial {index})"
+    feedback = reason + "\n\nWhere it is wrong:\n" + "\n".join(f"- {line}" for line in describe(loc))
+    return Verdict(status=Status.incorrect, code=Code.nonfinite, reason=reason, feedback=feedback, localisation=loc)
+
+
+def test_the_coder_prompt_shows_each_fact_once_and_its_size_stays_bounded():
+    """The verifier's 'Where it is wrong' bullets are not repeated under 'What to do next', and round
+    after round the prompt does not grow: feedback and review are cut to their budgets."""
+    from kernelloop.agents.coder import CRITIQUE_CHARS, FEEDBACK_CHARS, PriorAttempt
+
+    sizes = []
+    for round_ in range(1, 6):
+        attempt = verdict_attempt(f"r{round_}c0", _incorrect_with_facts(round_))
+        critique = critique_round([attempt], best=attempt)
+        brief = BRIEF.model_copy(update={
+            "round": round_ + 1, "previous": PriorAttempt.of(attempt.model_copy(update={"code": "x = 1\n" * 20}), "eager"),
+            "critique": critique.for_coder(attempt.id) + "\n" + "- padding of a long review\n" * 500})
+        prompt = coder_messages(brief)[0].content
+        bullets = [line for line in prompt.splitlines() if line.startswith("- ")]
+        repeated = {line for line in bullets if bullets.count(line) > 1}
+        assert not repeated - {"- padding of a long review"}, repeated
+        assert "never written: columns 512-999" in prompt and "covers only part of the row" in prompt
+        sizes.append(len(prompt))
+    fixed = len(coder_messages(BRIEF)[0].content) + len("x = 1\n" * 20)
+    assert max(sizes) <= fixed + FEEDBACK_CHARS + CRITIQUE_CHARS + 600  # the headings and the outcome line
+    assert max(sizes) - min(sizes) < 50  # round 6's prompt is round 2's size

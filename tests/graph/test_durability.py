@@ -105,7 +105,9 @@ def test_ctrl_c_writes_the_best_so_far_and_the_thread_resumes(tmp_path, ctrl_c_r
     assert "KeyboardInterrupt" in err
     partial = json.loads((tmp_path / "runs" / "t" / "result.json").read_text())
     assert (partial["run_status"], partial["stop_reason"], partial["attempts"]) == ("interrupted", "interrupted", 2)
-    assert (tmp_path / "runs" / "t" / "best_kernel.py").is_file()
+    # the best so far (round 1's, incorrect) is kept with the run; a failure is written as no best kernel
+    assert partial["best_id"] and (tmp_path / "runs" / "t" / "kernels" / f"{partial['best_id']}.py").is_file()
+    assert partial["best_kernel"] is None and not (tmp_path / "runs" / "t" / "best_kernel.py").exists()
 
     resumed = finish(start(tmp_path, "t", logs, resume=True))
     assert (resumed["status"], resumed["stop_reason"], resumed["attempts"]) == ("correct", "target_met", 4)

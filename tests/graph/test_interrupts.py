@@ -50,7 +50,9 @@ def test_stopping_at_a_review_finalizes_with_the_best_so_far(tmp_path):
     done = graph.get_state(thread)
     assert done.next == ()
     assert (done.values["stop_reason"], done.values["status"], done.values["round"]) == ("stopped_by_user", "finished", 1)
-    assert (tmp_path / "runs" / "interactive" / "best_kernel.py").is_file()
+    best = done.values["best_id"]  # round 1's closest attempt, kept with the run; not correct: no best_kernel.py
+    assert best and (tmp_path / "runs" / "interactive" / "kernels" / f"{best}.py").is_file()
+    assert not (tmp_path / "runs" / "interactive" / "best_kernel.py").exists()
 
 
 def test_stopping_at_the_plan_writes_no_kernel(tmp_path):

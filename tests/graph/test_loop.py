@@ -69,7 +69,9 @@ def test_rounds_exhausted_still_writes_the_closest_attempt(tmp_path):
     result = solve(RELU_PROBLEM, chat_client=ScriptedChatClient(), verifier=ScriptedVerifier(), workspace=tmp_path,
                    candidates=2, max_rounds=1, **NO_FACTS)
     assert (result.status, result.stop_reason, result.best_id) == ("incorrect", "rounds_exhausted", "r1c0")
-    assert "tl.minimum" in Path(result.best_kernel).read_text()
+    # the closest attempt is kept with the run, but a failure is no best kernel to use
+    assert result.best_kernel is None and not (Path(result.run_dir) / "best_kernel.py").exists()
+    assert "tl.minimum" in (Path(result.run_dir) / "kernels" / "r1c0.py").read_text()
 
 
 def test_the_budget_stops_the_run_after_the_round_that_spent_it(tmp_path):
@@ -116,6 +118,20 @@ def test_a_round_is_verified_concurrently_up_to_the_pool_size(tmp_path):
                    candidates=2, target_speedup=1.2, **NO_FACTS)
     assert verifier.most_in_flight == 2
     assert (result.status, result.best_id, result.attempts) == ("correct", "r2c0", 4)
+
+
+class CompileStagePoolVerifier(PoolLikeVerifier):
+    """One device, and a compile stage of one build slot ahead of it (pool.parallel_callers)."""
+
+    size = 1
+    parallel_callers = 2
+
+
+def test_a_pool_with_a_compile_stage_takes_a_round_beyond_its_devices(tmp_path):
+    verifier = CompileStagePoolVerifier()
+    solve(RELU_PROBLEM, chat_client=ScriptedChatClient(), verifier=verifier, workspace=tmp_path,
+          candidates=2, target_speedup=1.2, **NO_FACTS)
+    assert verifier.most_in_flight == 2
 
 
 class TooGoodVerifier(ScriptedVerifier):

@@ -27,7 +27,7 @@ def attempt(id_: str, status: Status | None, speedup: float | None = None, rel_e
 def state(attempts=(), phase="critiqued", round_=1, critiques=(), **settings) -> dict:
     attempts = list(attempts)
     best = rank_best(attempts, settings.get("baseline", "eager"))
-    return {"problem": {"name": "relu", "path": "relu.py", "source": "class Model: ...", "sha256": "0"},
+    return {"problem": {"name": "relu", "path": "relu.py", "source": "class Model: ..."},
             "settings": RunSettings(candidates=2, **settings).model_dump(),
             "plan": Plan(text="one kernel").model_dump(mode="json"), "round": round_, "phase": phase,
             "attempts": [a.model_dump(mode="json") for a in attempts], "best_id": best.id if best else None,

@@ -163,7 +163,7 @@ def test_solve_start_auto_warns_once_and_starts_from_scratch_where_there_is_no_s
 
 def round_zero_state(start: Attempt) -> dict:
     critique = critique_round([start], start)
-    return {"problem": {"name": "relu", "path": "relu.py", "source": "class Model: ...", "sha256": "0"},
+    return {"problem": {"name": "relu", "path": "relu.py", "source": "class Model: ..."},
             "settings": RunSettings(candidates=3).model_dump(), "plan": Plan(text="one kernel").model_dump(mode="json"),
             "round": 0, "phase": "critiqued", "attempts": [start.model_dump(mode="json")],
             "best_id": rank_best([start]).id, "critiques": [critique.model_dump(mode="json")], "hints": []}

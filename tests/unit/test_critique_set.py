@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.critique_set import FAULTS, critique_text, found_and_missed
+from benchmarks.critique_set import FAULTS, critique_text, found_and_missed, stable_words, wrong_causes
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import STATUS_OF, Status
 from kernelloop.tools.verify.verifier import Verifier
@@ -20,8 +20,8 @@ def verifier(tmp_path_factory):
         yield verifier
 
 
-def test_the_set_has_fourteen_faults_each_with_a_cause_and_facts():
-    assert len(FAULTS) >= 14 and len({f.name for f in FAULTS}) == len(FAULTS)
+def test_the_set_has_twenty_faults_each_with_a_cause_and_facts():
+    assert len(FAULTS) >= 20 and len({f.name for f in FAULTS}) == len(FAULTS)
     for fault in FAULTS:
         header = fault.candidate.read_text().splitlines()[:2]
         assert header[0].startswith("# fault: ") and header[1].startswith("# cause: "), fault.name
@@ -36,6 +36,30 @@ def test_the_critique_of_each_correctness_fault_names_its_facts(fault, verifier)
     text = critique_text(verdict.model_dump(), fault.name)
     _, missed = found_and_missed(fault, text)
     assert not missed, f"{fault.name}: missed {missed} in:\n{text}"
+    wrong = wrong_causes(fault, text, verdict.model_dump())
+    assert not wrong, f"{fault.name}: offered {wrong} without their facts, or not its own, in:\n{text}"
+
+
+@pytest.mark.parametrize("name", ["partial_reduction", "off_by_one_row"])
+def test_the_region_and_relation_read_the_same_with_other_poisons_and_seeds(name, verifier):
+    """Each verification draws its own input seeds and poisons: the words must not change."""
+    fault = next(f for f in FAULTS if f.name == name)
+    words = []
+    for _ in range(2):
+        verdict = verifier.verify(Candidate.from_file(fault.candidate), Problem.from_file(fault.problem))
+        words.append(stable_words(verdict.model_dump(), critique_text(verdict.model_dump(), name)))
+    assert words[0] == words[1] and any("never written" in line for line in words[0])
+
+
+def test_a_cause_without_its_facts_is_counted_wrong():
+    """The set's own check: a race named where nothing moved between runs, or a cause not the fault's."""
+    fault = next(f for f in FAULTS if f.name == "missing_tail_mask")
+    from kernelloop.results import Localisation, Status, Verdict
+
+    verdict = Verdict(status=Status.incorrect, reason="nan", localisation=Localisation(reruns=2, tail_from=12288)).model_dump()
+    assert wrong_causes(fault, "the last partial block is not handled", verdict) == []
+    assert wrong_causes(fault, "a race across programs", verdict) == ["race"]
+    assert wrong_causes(fault, "the row stride (or row offset) is wrong", verdict) == ["row_stride"]
 
 
 RECORDED = FAULTS[0].candidate.parent / "recorded_h100"

@@ -1,6 +1,8 @@
-"""One source of defaults: the CLI, the API, MCP, the LangChain tool, the graph's settings and the
-config file state the same budget, candidates, target, rounds, caps and warm start (`start`) as
-kernelloop.defaults.
+"""One source of defaults: Settings states kernelloop.defaults' budget, candidates, target and rounds;
+the CLI, the API, MCP and the LangChain tool state the same caps and no default of their own (a
+knob they are not given comes from the entry point's Settings: tests/unit/test_settings_drift.py
+follows each value from its source to each entry point). The graph's RunSettings and the warm
+start (`start`) state kernelloop.defaults too.
 
 Each entry point is read the way its users see it (a signature, a JSON schema, a click option),
 so a value typed into any of them by hand makes this fail.
@@ -21,7 +23,7 @@ from kernelloop.jobs import JobManager
 from kernelloop.langchain_tools import solve_tool
 from kernelloop.mcp_server import build_server
 from kernelloop.requests import SolveRequest, SolveSettings
-from kernelloop.runs import solve
+from kernelloop.runs import FROM_SETTINGS, RunOptions, solve
 from kernelloop.settings import Settings
 from kernelloop.units import parse_duration_s, parse_target
 
@@ -49,24 +51,30 @@ def start_default(schema: dict):
     return schema["properties"]["start"].get("default")
 
 
+UNSET = {knob: (None, cap) for knob, (_, cap) in EXPECTED.items()}  # the caps, and the default left to Settings
+
+
 def test_the_request_models_and_the_config_file_state_the_defaults_and_caps():
-    assert knobs(SolveSettings.model_json_schema()) == EXPECTED
-    assert knobs(SolveRequest.model_json_schema()) == EXPECTED
+    assert knobs(SolveSettings.model_json_schema()) == UNSET
+    assert knobs(SolveRequest.model_json_schema()) == UNSET
     assert start_default(SolveSettings.model_json_schema()) == start_default(SolveRequest.model_json_schema()) \
         == defaults.START
     assert f"'{defaults.START_AUTO}'" in SolveSettings.model_fields["start"].description
     config = {"budget_s": "budget", "target_speedup": "target"}
     assert knobs(Settings.model_json_schema(), config) == EXPECTED
-    assert SolveRequest.model_fields["backend"].default == Settings.model_fields["backend"].default == defaults.BACKEND
-    assert SolveRequest.model_fields["device"].default == Settings.model_fields["device"].default == defaults.DEVICE
+    assert SolveRequest.model_fields["backend"].default is None and Settings.model_fields["backend"].default == \
+        defaults.BACKEND
+    assert SolveRequest.model_fields["device"].default is None and Settings.model_fields["device"].default == \
+        defaults.DEVICE
 
 
 def test_the_api_and_the_graph_state_the_defaults():
     parameters = inspect.signature(solve).parameters
-    assert {k: parameters[k].default for k in EXPECTED} == {k: v[0] for k, v in EXPECTED.items()}
-    assert (parameters["device"].default, parameters["backend"].default, parameters["baseline"].default) == (
-        defaults.DEVICE, defaults.BACKEND, defaults.BASELINE)
-    assert parameters["start"].default == defaults.START
+    assert {k: parameters[k].default for k in EXPECTED} == {"budget_s": None, "candidates": None, "max_rounds": None,
+                                                             "target_speedup": FROM_SETTINGS}
+    assert (parameters["device"].default, parameters["backend"].default) == (None, None)
+    options = RunOptions.model_fields
+    assert (options["baseline"].default, options["start"].default) == (defaults.BASELINE, defaults.START)
     settings = RunSettings()
     assert (settings.budget_s, settings.candidates, settings.target_speedup, settings.max_rounds) == tuple(
         v[0] for v in EXPECTED.values())
@@ -77,19 +85,19 @@ def test_the_api_and_the_graph_state_the_defaults():
 def test_the_mcp_tool_states_the_defaults_and_caps(tmp_path):
     async def schema() -> dict:
         with JobManager(tmp_path) as manager:
-            async with Client(build_server(manager, "cpu")) as client:
+            async with Client(build_server(manager)) as client:
                 tools = (await client.list_tools()).tools
         return next(t.input_schema for t in tools if t.name == "start_optimization")
 
     found = anyio.run(schema)
-    assert knobs(found) == EXPECTED
-    assert found["properties"]["backend"]["default"] == defaults.BACKEND
+    assert knobs(found) == UNSET
+    assert found["properties"]["backend"].get("default") is None
     assert start_default(found) == defaults.START
 
 
 def test_the_langchain_tool_states_the_defaults_and_caps(tmp_path):
     tool = solve_tool(workspace=tmp_path, chat_client=object())
-    assert knobs(tool.args_schema.model_json_schema()) == EXPECTED
+    assert knobs(tool.args_schema.model_json_schema()) == UNSET
     assert start_default(tool.args_schema.model_json_schema()) == defaults.START
 
 

@@ -13,8 +13,9 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 
+from kernelloop.agents.calls import ask
 from kernelloop.agents.llm import ChatR1, LLMError, call_model, make_chat_model, split_reasoning, to_r1_messages
-from kernelloop.agents.turns import Message, ModelListener, ask, listening
+from kernelloop.agents.turns import Message, ModelListener, listening
 from kernelloop.config import ConfigError
 from tests.fakes.openai_server import ErrorReply, FakeOpenAIServer, Hang, Malformed, Reply, Stall
 

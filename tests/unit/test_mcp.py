@@ -75,8 +75,9 @@ def test_stdio_server_verifies_and_runs_a_job_to_completion(tmp_path):
             verify = await call("verify_kernel", problem_path=str(SHIPPED_PROBLEM),
                                 candidate_path=str(SHIPPED_CANDIDATE), wait_s=5)
             verified = await call.until_finished(verify["job_id"])
+            verified["detailed"] = (await call("job_status", job_id=verify["job_id"], detail=True))["verdict"]
             started = await call("start_optimization", problem_path=str(RELU_PROBLEM), candidates=1,
-                                 target_speedup=None, budget_s=300, base_url=fake.url, model=fake.model)
+                                 target_speedup="none", budget_s=300, base_url=fake.url, model=fake.model)
             finished = await call.until_finished(started["job_id"])
             return listed, verified, started, finished, call.slowest_s
 
@@ -87,7 +88,9 @@ def test_stdio_server_verifies_and_runs_a_job_to_completion(tmp_path):
     assert {tool.name for tool in listed} == TOOLS
     assert all(tool.output_schema and tool.output_schema["type"] == "object" for tool in listed)
     assert verified["state"] == "succeeded" and verified["verdict"]["status"] == "correct"
-    assert verified["verdict"]["device"] == "cpu" and verified["verdict"]["trials"] >= 3
+    # brief by default (what an agent acts on), the whole verdict with detail
+    assert set(verified["verdict"]) == {"status", "code", "speedup", "reason", "feedback"}
+    assert verified["detailed"]["device"] == "cpu" and verified["detailed"]["trials"] >= 3
     assert started["state"] in ("queued", "running") and started["thread_id"].startswith("relu-")
     assert finished["state"] == "succeeded", finished["error"]
     assert finished["summary"]["status"] == "correct" and finished["summary"]["attempts"] == 1
@@ -157,6 +160,11 @@ def test_bad_input_is_a_one_line_tool_error(tmp_path):
                      ("verify_kernel", {"problem_source": "x = (", "problem_name": "../up",
                                         "candidate_source": "x"}),
                      ("start_optimization", {"problem_path": str(RELU_PROBLEM), "device": "tpu",
+                                             "base_url": "http://127.0.0.1:9/v1", "model": "m"}),
+                     # a secret is never a tool argument, and a misspelt argument is never dropped
+                     ("start_optimization", {"problem_path": str(RELU_PROBLEM), "api_key": "sk-secret",
+                                             "base_url": "http://127.0.0.1:9/v1", "model": "m"}),
+                     ("start_optimization", {"problem_path": str(RELU_PROBLEM), "candidate": 3,
                                              "base_url": "http://127.0.0.1:9/v1", "model": "m"})]
             results = [await client.call_tool(name, arguments) for name, arguments in calls]
             assert all(result.is_error for result in results)
@@ -169,7 +177,9 @@ def test_bad_input_is_a_one_line_tool_error(tmp_path):
     assert "exactly one of candidate_path and candidate_source" in messages[1]
     assert "no such problem file" in messages[2]
     assert "bad problem_name '../up'" in messages[3]
-    assert "unknown device 'tpu'" in messages[4]
+    assert "'tpu' is not a device" in messages[4]
+    assert "unknown argument 'api_key'" in messages[5] and "sk-secret" not in messages[5]
+    assert "unknown argument 'candidate'; did you mean 'candidates'?" in messages[6]
     assert all("\n" not in message for message in messages)
 
 

@@ -36,7 +36,7 @@ def run_ncu(candidate: Path, problem: Path, own_kernel_names: list[str], *, iter
     regex = "|".join(names) if names else None
     with tempfile.TemporaryDirectory(prefix="kernelloop-ncu-") as scratch:
         out_csv = Path(scratch) / "ncu.csv"
-        argv = ncu_command([sys.executable, "-m", "kernelloop.tools.profile.profile_driver", str(candidate.resolve()),
+        argv = ncu_command([sys.executable, "-m", "kernelloop.tools.verify.profile_driver", str(candidate.resolve()),
                             str(problem.resolve()), "--iters", str(iters + 1)],
                            out_csv, regex, launch_skip=max(1, len(names)),
                            launch_count=LAUNCHES_PER_KERNEL * max(1, len(names)), ncu=find_ncu() or "ncu")

@@ -14,6 +14,7 @@ and launch counts, its input checks, its digests) as claims.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
+from torch.overrides import TorchFunctionMode
 
 from kernelloop.errors import error_line
 from kernelloop.problem import import_source
@@ -30,6 +32,7 @@ from kernelloop.results import STATUS_OF, Code
 from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
+from kernelloop.tools.verify import build_job
 from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, seed_all, synchronize, to_device
 from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls prepare and preload here
     COMPILER_MODULES,
@@ -62,17 +65,18 @@ class LaunchCounter:
         # launch is given gets noise first (originals kept in `saved`, put back by `restore`).
         self.mode: str | None = None
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.served: list[str] = []  # extension modules loaded from the compile stage's product (build_job.py)
         self._runs: dict[Any, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
         self._own_let_through = False
 
-    def install(self) -> None:
+    def install(self, prebuilt: dict[str, Any] | None = None) -> None:
         from triton.runtime import interpreter, jit
 
         for cls in (jit.JITFunction, interpreter.InterpretedFunction):
             self._wrap_run(cls)
         import torch.utils.cpp_extension as cpp_extension
 
-        original_load_inline = cpp_extension.load_inline
+        original_load_inline = build_job.serve(cpp_extension.load_inline, prebuilt, self.served)
         counter = self
 
         def counted_load_inline(*args, **kwargs):
@@ -179,17 +183,41 @@ def _prepared_report(job_started: float) -> dict[str, float]:
     return {**PRELOADED, **report, "prepared_idle_s": job_started - PREPARED["done_at"]}
 
 
-def poison(device: str, specs: list) -> None:
+def poison(device: str, specs: list, value: float = math.nan) -> None:
     """Fill soon-to-be-reused allocator blocks, the size of the outputs (`specs`: [shape, dtype name]
-    each, from the parent), with NaN so unwritten outputs show up. Effective with CUDA's caching
-    allocator; on the CPU large blocks come back as fresh pages."""
+    each, from the parent), with `value` so unwritten outputs show up. Effective with CUDA's caching
+    allocator; on the CPU large blocks come back as fresh pages (PoisonEmpty covers both)."""
     blocks = []
     for shape, dtype_name in specs:
         dtype = getattr(torch, str(dtype_name), None)
-        if isinstance(dtype, torch.dtype):
-            fill = float("nan") if dtype.is_floating_point or dtype.is_complex else -7
-            blocks.append(torch.full(tuple(shape), fill, dtype=dtype, device=device))
+        if isinstance(dtype, torch.dtype) and dtype is not torch.bool:
+            blocks.append(torch.full(tuple(shape), _fill_for(dtype, value), dtype=dtype, device=device))
     del blocks
+
+
+def _fill_for(dtype: torch.dtype, value: float) -> float | int:
+    if dtype.is_floating_point or dtype.is_complex:
+        return value
+    return int(value) if math.isfinite(value) else -7
+
+
+class PoisonEmpty(TorchFunctionMode):
+    """Every tensor the forward allocates uninitialised from Python (torch.empty and its kin) starts
+    filled with `value`, on the CPU as on a GPU: memory a kernel never writes then holds what the
+    parent chose, whatever the allocator handed out (the parent's reruns tell unwritten elements by it)."""
+
+    FUNCS = frozenset({torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty,
+                       torch.Tensor.new_empty_strided})
+
+    def __init__(self, value: float):
+        super().__init__()
+        self.value = value
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in self.FUNCS and type(out) is torch.Tensor and out.dtype is not torch.bool:
+            out.fill_(_fill_for(out.dtype, self.value))
+        return out
 
 
 def storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -221,10 +249,11 @@ def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
 
 
 def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | None = None,
-            costs: dict | None = None) -> tuple[list, list, tuple[Code, str] | None]:
+            costs: dict | None = None, poison_value: float = math.nan) -> tuple[list, list, tuple[Code, str] | None]:
     """One checked forward: device inputs, poisoned memory, input and alias checks.
 
-    `specs`: the outputs' shapes and dtypes, to poison with. `reuse`: device tensors of an earlier call to copy the new
+    `specs`: the outputs' shapes and dtypes, to poison with (`poison_value`: NaN, but in the parent's reruns).
+    `reuse`: device tensors of an earlier call to copy the new
     values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
     `costs` gets each step's seconds: "inputs_s" (to the device, and the pristine copies), "poison_s", "forward_s" (the
     forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host)."""
@@ -241,9 +270,10 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
         inputs = [old.copy_(new) if isinstance(old, torch.Tensor) else new for old, new in zip(reuse, inputs_cpu)]
     pristine = [i.clone() if isinstance(i, torch.Tensor) else i for i in inputs]
     lap("inputs_s")
-    poison(device, specs)
+    poison(device, specs, poison_value)
     lap("poison_s")
-    out = flatten_outputs(model(*inputs))
+    with PoisonEmpty(poison_value):
+        out = flatten_outputs(model(*inputs))
     synchronize(device)
     lap("forward_s")
     for index, o in enumerate(out):
@@ -279,7 +309,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     device = job["device"]
     steps = Stopwatch()  # where the child's setup goes, for the verifier's cost report
     counter = LaunchCounter()
-    counter.install()
+    counter.install(job.get("prebuilt"))
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     try:
@@ -359,7 +389,7 @@ class _CandidateSession:
 
     def claims(self) -> dict[str, Any]:
         return {"launches": dict(self.counter.launches), "costs": self.costs, "overhead": self.overhead,
-                "interpreter_shuffled": self.shuffled}
+                "interpreter_shuffled": self.shuffled, "prebuilt_served": list(self.counter.served)}
 
     def run(self) -> dict[str, Any]:
         found = self.trials()
@@ -380,6 +410,8 @@ class _CandidateSession:
                 self.channel.send({"pick": self.pick(request["pick"])})
             elif kind == "profile":
                 self.channel.send({"profile": self.profile()})
+            elif kind == "rerun":
+                self.channel.send({"rerun": self.rerun(request["rerun"])})
             elif kind == "fresh":
                 found = self.fresh(request["fresh"]["inputs_path"])
                 self.channel.send({"fresh": {"found": found[1], "code": found[0].value} if found else {"found": None}})
@@ -413,6 +445,24 @@ class _CandidateSession:
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
         self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
         return None
+
+    def rerun(self, asked: dict) -> dict[str, Any]:
+        """One failed set again, once per poison the parent chose (and, on the CPU, per program order):
+        what the parent tells unwritten, order-dependent and initial-value-dependent elements by."""
+        index = int(asked["set"])
+        outputs = []
+        for value, seed in zip(asked["poisons"], asked["order_seeds"]):
+            if self.shuffled:
+                from kernelloop.tools.verify import interpreter_order
+
+                interpreter_order.install(int(seed))
+            out, _, found = run_one(self.model, self.input_sets[index], self.device, self._specs(index),
+                                    poison_value=float(value))
+            if found:
+                return {"found": found[1]}
+            outputs.append(out)
+        save_sets(Path(self.job["job_dir"]) / "rerun.sets", outputs)
+        return {"found": None}
 
     def decoy_runs(self) -> list[list | None]:
         """The first set's outputs twice more for the parent's decoy check: with every Triton launch
@@ -544,4 +594,4 @@ class _CandidateSession:
 
 def run_job(job: dict[str, Any]) -> int:
     """Entry point in the forked child of the candidates' worker; returns the exit code. Never raises."""
-    return serve(job, {"candidate": run_candidate})
+    return serve(job, {"candidate": run_candidate, "build": build_job.run_build})

@@ -188,12 +188,12 @@ def _fill(loc: Localisation, c: _Counts, shape: list[int], flat_out: torch.Tenso
 
 
 def _tail_only(c: _Counts) -> bool:
-    """Every wrong element in one run at the end, allowing a few right ones inside it: an unwritten
-    tail left at 0 still matches the reference wherever the reference is within tolerance of 0."""
+    """Every wrong element in one run at the end (at most half the output), allowing a few right ones
+    inside it: an unwritten tail left at 0 still matches the reference wherever the reference is within tolerance of 0."""
     if c.first_bad is None or c.last_bad is None or c.first_bad == 0:
         return False
     span = c.numel - c.first_bad
-    return c.bad >= 0.9 * span and c.numel - 1 - c.last_bad < max(1.0, 0.1 * span)
+    return 2 * span <= c.numel and c.bad >= 0.9 * span and c.numel - 1 - c.last_bad < max(1.0, 0.1 * span)
 
 
 def _fold(residues: torch.Tensor, size: int) -> torch.Tensor:
@@ -238,7 +238,9 @@ def irregular(shape: list[int]) -> bool:
 def describe(loc: Localisation) -> list[str]:
     """The facts as lines a model can act on, most telling first."""
     where = f"output {loc.output} (shape {tuple(loc.shape)}) on input set {loc.trial}"
-    lines = [f"{where}: {loc.bad} of {loc.numel} elements wrong ({100 * loc.bad / max(loc.numel, 1):.3g}%)"]
+    lines = rerun_facts(loc)[:1]  # the unwritten region first, apart from what is written but wrong
+    lines.append(f"{where}: {loc.bad} of {loc.numel} elements wrong ({100 * loc.bad / max(loc.numel, 1):.3g}%)")
+    lines += rerun_facts(loc)[1:]
     lines += loc.notes
     failed = [s for s in loc.sets if not s.ok]
     if loc.sets and len(failed) < len(loc.sets):
@@ -274,4 +276,24 @@ def describe(loc: Localisation) -> list[str]:
     if loc.worst:
         lines.append("worst: " + "; ".join(f"at {e.index} got {e.got:.6g}, expected {e.expected:.6g}"
                                            for e in loc.worst))
+    return lines
+
+
+def rerun_facts(loc: Localisation) -> list[str]:
+    """What the two reruns with other poisons showed (written.py), worded from the kernel's pattern
+    only: the first line is the unwritten region, or empty when every element was written."""
+    if not loc.reruns:
+        return []
+    lines = [f"never written: {loc.unwritten_region} (they held the poison in two runs with different poison values)"
+             if loc.unwritten else "every element was written (none held the poison in two runs with different "
+                                   "poison values)"]
+    if loc.nonfinite_written:
+        lines.append("the kernel computes NaN/inf itself: they stay when the output memory holds finite values")
+    if loc.init_dependent:
+        lines.append(f"{loc.init_dependent} written elements move with what the output memory held before the call")
+    if loc.varies:
+        lines.append("written elements differ between two runs of the same inputs (on the CPU, in other program "
+                     "orders)")
+    if loc.relation:
+        lines.append(f"written but wrong: {loc.relation}")
     return lines

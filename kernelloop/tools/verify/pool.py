@@ -12,6 +12,12 @@
 that has seen this problem (references are shared on disk by the workers of a workspace; the
 one that saw it has them loaded already), so many solve threads or bench workers can share one pool.
 
+A LocalPool sends a candidate that calls load_inline through its compile stage first
+(build_stage.py: N sandboxed CPU build jobs at once, N = cores by default), then to a device
+worker, whose job loads what was built instead of building it. So as many callers as
+`parallel_callers` keep both stages busy: the GPU times one candidate while the next ones compile,
+and a build that fails is a compile_error without a GPU slot. `queues()` says how many wait where.
+
 This module, like the verifier it holds, needs only torch: no agent-side package.
 """
 
@@ -32,8 +38,9 @@ import torch
 
 from kernelloop.problem import Candidate, Problem
 from kernelloop.results import Verdict
-from kernelloop.sandbox.isolation import GPU_MEMORY_FRACTION_ENV, MODE_ENV
+from kernelloop.sandbox.isolation import GPU_MEMORY_FRACTION_ENV, MODE_ENV, IsolationError, choose_mode
 from kernelloop.sandbox.runner import PRELOAD_ENV
+from kernelloop.tools.verify.build_stage import BuildStage, Built, cuda_arch_list, wants_build
 from kernelloop.tools.verify.verifier import Verifier, precheck, split_device
 from kernelloop.workspace import workspace_dir
 
@@ -55,6 +62,16 @@ class WorkerStats:
     node: str | None = None  # Ray actors: the id of the Ray node the actor runs on, once it has started; local: None
 
 
+@dataclass(frozen=True)
+class QueueCounts:
+    """Where a pool's candidates are now (for a progress display); a snapshot, counts of candidates."""
+
+    compile_waiting: int = 0  # queued for a build slot of the compile stage
+    compiling: int = 0  # build jobs running
+    device_waiting: int = 0  # built (or needing no build), queued for a device worker
+    device_busy: int = 0  # being verified on a device worker
+
+
 W = TypeVar("W")
 
 
@@ -68,12 +85,19 @@ class _Workers(Generic[W]):
         self._seen: list[list[str]] = [[] for _ in self.workers]
         self._cond = threading.Condition()
         self._closed = False
+        self.waiting = 0  # callers waiting for an idle worker
+
+    def busy(self) -> int:
+        with self._cond:
+            return len(self.workers) - len(self._idle)
 
     @contextmanager
     def borrow(self, key: str) -> Iterator[W]:
         with self._cond:
+            self.waiting += 1
             while not self._idle and not self._closed:
                 self._cond.wait()
+            self.waiting -= 1
             if self._closed:
                 raise PoolError("the verifier pool is closed")
             index = next((i for i in self._idle if key in self._seen[i]), self._idle[0])
@@ -107,6 +131,7 @@ class VerifierPool(ABC):
     device: str  # what the workers verify on: 'cpu' or 'cuda'
     shared: bool = False  # several workers per GPU (correctness only): nothing is timed on it
     _workers: _Workers
+    _stage: BuildStage | None = None  # the compile stage (local pools), None where off
 
     @property
     def slots(self) -> list[str]:
@@ -117,16 +142,35 @@ class VerifierPool(ABC):
     def size(self) -> int:
         return len(self._workers.slots)
 
+    @property
+    def parallel_callers(self) -> int:
+        """How many callers of verify at once keep every stage busy: the device workers, and the
+        compile stage's build slots ahead of them."""
+        return self.size + (self._stage.slots if self._stage is not None else 0)
+
     def stats(self) -> list[WorkerStats]:
         return [replace(s) for s in self._workers.stats]
 
+    def queues(self) -> QueueCounts:
+        stage = self._stage.counts() if self._stage is not None else None
+        return QueueCounts(compile_waiting=stage.waiting if stage else 0, compiling=stage.building if stage else 0,
+                           device_waiting=self._workers.waiting, device_busy=self._workers.busy())
+
     def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
-        """Judge one candidate on the first idle worker; blocks until one is free. Never raises for a bad candidate."""
+        """Judge one candidate: its build in the compile stage (where it has one), then the first
+        idle worker; blocks until each is free. Never raises for a bad candidate."""
         early = self._precheck(candidate)
         if early is not None:
             return early
+        built = self._stage.build(candidate) if self._stage is not None and wants_build(candidate) else None
+        if built is not None and built.verdict is not None:
+            return built.verdict
         with self._workers.borrow(problem.sha256) as worker:
-            return self._verify_on(worker, candidate, problem)
+            prebuilt, refused = self._stage.hand_over(built) if self._stage is not None and built else (None, None)
+            # Only with a product: a pool without a compile stage keeps its three-argument _verify_on.
+            verdict = (self._verify_on(worker, candidate, problem, prebuilt) if prebuilt is not None
+                       else self._verify_on(worker, candidate, problem))
+        return _with_build(verdict, built, refused) if built is not None else verdict
 
     def time_baselines(self, problem: Problem) -> dict[str, Any]:
         """Verifier.time_baselines on an idle worker (GPU only): {"timings": {name: TimingStats}, ...}."""
@@ -141,7 +185,8 @@ class VerifierPool(ABC):
     def _precheck(self, candidate: Candidate) -> Verdict | None: ...
 
     @abstractmethod
-    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem) -> Verdict: ...
+    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+        ...
 
     @abstractmethod
     def _time_baselines_on(self, worker: Any, problem: Problem) -> dict[str, Any]: ...
@@ -154,6 +199,22 @@ class VerifierPool(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _sandbox_mode() -> str:
+    try:
+        return choose_mode(None)[0]
+    except IsolationError:  # bubblewrap asked for and missing: each verify says so
+        return "none"
+
+
+def _with_build(verdict: Verdict, built: Built, refused: str | None) -> Verdict:
+    """The compile stage's share of a verdict: its costs, and a product refused at hand-over."""
+    verdict.cost_s = {**verdict.cost_s, "build_wait_s": built.wait_s, "build_s": built.build_s,
+                      "build_reused": float(built.reused)}
+    notes = [f"compile stage: {note}" for note in (built.note, refused) if note]
+    verdict.warnings = [*verdict.warnings, *notes]
+    return verdict
 
 
 # --------------------------------------------------------------------------- local GPUs
@@ -192,10 +253,12 @@ class LocalPool(VerifierPool):
     or its speedup would measure its neighbours. On the CPU, timing is never done, so lanes are free.
     start_now: start every device's sandbox workers as the pool opens, all at once (default: on GPUs;
     on the CPU, where one worker serves, they start with the first verify as before).
+    compile_workers: build jobs at once in the compile stage (build_stage.py); None: one per core,
+    0: no compile stage (every candidate builds in its own device job, as before).
     """
 
     def __init__(self, devices: Sequence[str], workspace: str | Path | None = None, start_now: bool | None = None,
-                 workers_per_device: int = 1, **verifier_options: Any):
+                 workers_per_device: int = 1, compile_workers: int | None = None, **verifier_options: Any):
         kinds = {split_device(d)[0] for d in devices}
         if not devices or len(kinds) != 1 or not kinds <= {"cpu", "cuda"} or len(set(devices)) != len(devices):
             raise PoolError(f"a local pool needs distinct devices of one kind ('cpu' or 'cuda:N'), got {list(devices)}")
@@ -209,8 +272,22 @@ class LocalPool(VerifierPool):
         workers = [Verifier(device=self.device, gpu_index=split_device(d)[1], workspace=space, lane=lane,
                             **verifier_options) for d, lane in zip(slots, lanes)]
         self._workers = _Workers(workers, slots)
+        builders = len(os.sched_getaffinity(0)) if compile_workers is None else compile_workers
+        if builders < 0:
+            raise PoolError(f"compile_workers must be 0 or more, got {builders}")
+        gpus = [i for i in (split_device(d)[1] for d in devices) if i is not None]
+        # Only where the candidates' sandbox can be kept from writing the store (bubblewrap), as for the trusted cache.
+        self.stage_note = "" if builders else "compile stage off (compile_workers=0)"
+        if builders and _sandbox_mode() != "bubblewrap":
+            builders, self.stage_note = 0, "compile stage off: the sandbox is plain, so a candidate could write the build store"
+        if builders:
+            self._stage = BuildStage(workers[0].layout.candidate, space, builders, cuda_arch_list(gpus),
+                                     compile_timeout_s=workers[0].compile_timeout_s,
+                                     keep_jobs=verifier_options.get("keep_jobs", False))
         if (self.device == "cuda") if start_now is None else start_now:
             self._start_all(workers)
+            if self._stage is not None and self.device == "cuda":  # on the CPU, with the first build
+                self._stage.start()
 
     @staticmethod
     def _start_all(workers: list[Verifier]) -> None:
@@ -226,13 +303,15 @@ class LocalPool(VerifierPool):
     def _precheck(self, candidate: Candidate) -> Verdict | None:
         return precheck(candidate, self.device, self.static_checks)
 
-    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem) -> Verdict:
-        return worker.verify(candidate, problem)
+    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+        return worker.verify(candidate, problem, prebuilt)
 
     def _time_baselines_on(self, worker: Any, problem: Problem) -> dict[str, Any]:
         return worker.time_baselines(problem)
 
     def close(self) -> None:
+        if self._stage is not None:
+            self._stage.close()
         for worker in self._workers.close():
             worker.close()
 
@@ -403,7 +482,8 @@ class RayPool(VerifierPool):
             return precheck(candidate, self.device, self.static_checks)
         return self._ray.get(self._check_task.remote(candidate, self.device, self.static_checks))
 
-    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem) -> Verdict:
+    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+        # No compile stage on Ray: a product would have to be on the GPU actor's node.
         return self._ray.get(worker.verify.remote(candidate.source, *_problem_args(problem)))
 
     def _time_baselines_on(self, worker: Any, problem: Problem) -> dict[str, Any]:

@@ -36,6 +36,7 @@ class VerdictBase(TypedDict, total=False):
 
 
 PHASE_WORDS = {"compile": "loading, compiling and making its first call", "trials": "running the trials",
+               "rerun": "running a failed set again with other poisons",
                "timing": "being timed", "fresh": "running on fresh inputs"}
 LIMIT_SIGNALS = {"SIGXCPU": "the CPU-time limit", "SIGXFSZ": "the file-size limit"}
 

@@ -26,7 +26,7 @@ from kernelloop.sandbox import redact
 from kernelloop.sandbox.runner import JobOutcome, JobSession, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.stopwatch import Stopwatch
-from kernelloop.tools.verify import budget, interpreter_order, trusted_cache, verdicts
+from kernelloop.tools.verify import budget, interpreter_order, reruns, trusted_cache, verdicts
 from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_names, claimed_seconds
 from kernelloop.tools.verify.compare import Comparison, compare_outputs
 from kernelloop.tools.verify.kept_baselines import KeptBaselines, with_cached_baselines
@@ -45,13 +45,14 @@ OUTPUT_FILE_SLACK_BYTES = 1 << 20  # a saved tensor list is its data plus a litt
 CANDIDATE_MIN_FILE_BYTES = 512 << 20  # a kernel build's objects and caches; no file of a job outgrows it but its outputs
 SCRUTINY_SETS = 4  # more fresh sets for a kernel under the reference's roofline
 DONE_WAIT_S = 5.0  # for the candidate's last report once told it is done; then its process group is killed
-CANDIDATE_PHASES = ("trials", "timing", "fresh")
+CANDIDATE_PHASES = ("trials", "rerun", "timing", "fresh")  # "rerun": a failed set again, for the feedback only
 PHASE_NAMES = {  # the phases of Verdict.cost_s ("phase_<name>_s"), in order, in words
     "precheck": "static rules",
     "workers": "waiting for the sandbox workers to start (imports, preloads)",
     "reference": "trusted reference job: problem import, inputs and reference outputs",
     "candidate": "candidate's child: import, compile and first call, trials, decoy runs, saving outputs",
     "compare": "parent: loading and comparing outputs",
+    "rerun": "a failed set run twice more with other poisons, for the feedback (reruns.py)",
     "baselines": "trusted job: eager and torch.compile baselines set up (compile)",
     "timing": "timing rounds and the back-to-back check, both children",
     "profile": "candidate's profile",
@@ -79,8 +80,9 @@ def _nbytes(outputs: list) -> int:
 class Verification:
     """The parent's side of one candidate's verification against one problem."""
 
-    def __init__(self, verifier: Verifier, candidate: Candidate, problem: Problem):
+    def __init__(self, verifier: Verifier, candidate: Candidate, problem: Problem, prebuilt: dict | None = None):
         self.verifier, self.candidate, self.problem = verifier, candidate, problem
+        self.prebuilt = prebuilt  # the compile stage's product for its job (build_stage.py), if any
         self.device, self.compare_on = verifier.device, verifier.compare_on
         self.clock = Stopwatch()  # its laps are the verdict's phase_*_s; from its start, total_s
         # The reference's and the timing's share of this verification, kept out of the fixed cost.
@@ -122,6 +124,8 @@ class Verification:
         job = verifier.job("candidate", candidate_path=str(candidate_path),
                            inputs_path=str(_hand_over(made, job_dir)), decoy_check=decoy_check,
                            output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
+        if self.prebuilt:
+            job["prebuilt"] = self.prebuilt
         # What its files may hold: three sets of outputs, however small (a disk-filling job is killed).
         file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)))
         session = verifier.zygote.start(job, job_dir, verifier.compile_timeout_s, verifier.run_timeout_s,
@@ -224,10 +228,12 @@ class Verification:
         failed = next((trial for trial, c in enumerate(comparisons) if not c.ok), None)
         if failed is not None:
             comparison = comparisons[failed]
+            located = verdicts.localised(comparisons, outputs, refs, failed, tolerance, self.compare_on)
+            if reruns.wanted(located, refs[failed]):  # run it twice more: what was never written, what moved
+                load = functools.partial(load_output_sets, session.dir, like=[refs[failed]] * 2, device=self.compare_on)
+                reruns.relate(located, refs[failed], reruns.rerun(session, failed, load), tolerance)
             return verdicts.incorrect(comparison, f"{comparison.reason} (trial {failed + 1})", comparison.code,
-                                      failed + 1,
-                                      verdicts.localised(comparisons, outputs, refs, failed, tolerance, self.compare_on),
-                                      base)
+                                      failed + 1, located, base)
         if self._decoy(disturbed, made, refs[0], tolerance):
             return rejected(Code.decoy_kernel, verdicts.DECOY_REASON, **base)
         compare_s = self.clock.lap("compare")
@@ -370,3 +376,10 @@ def load_outputs(held: JobDir, name: str, like: list[list], device: torch.device
         detail = error_line(exc)[:200]
         return f"unreadable outputs: the candidate's process left an outputs file that cannot be judged ({detail})"
     return sets, extra
+
+
+def load_output_sets(held: JobDir, name: str, like: list[list], device: torch.device) -> list[list] | str:
+    """`load_outputs` without the file's extra dict (the reruns' sets)."""
+    loaded = load_outputs(held, name, like, device)
+    return loaded if isinstance(loaded, str) else loaded[0]
+

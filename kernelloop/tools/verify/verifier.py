@@ -26,6 +26,7 @@ from typing import TypedDict
 
 import torch
 
+from kernelloop import defaults
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.results import TimingStats, Verdict
 from kernelloop.sandbox.runner import Zygote, new_job_dir, remove_job_dir
@@ -81,7 +82,8 @@ class Verifier:
     makes a Verification that holds the rest."""
 
     def __init__(self, device: str = "auto", workspace: Path | None = None, strict: bool = False,
-                 time_it: bool = True, compile_timeout_s: float = 180.0, run_timeout_s: float = 300.0,
+                 time_it: bool = True, compile_timeout_s: float = defaults.COMPILE_TIMEOUT_S,
+                 run_timeout_s: float = defaults.RUN_TIMEOUT_S,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
                  gpu_compare: bool = True, lane: int = 0, fresh_timing: bool = False, rehearse_timing: bool = False):
@@ -254,9 +256,11 @@ class Verifier:
         return 1 if fits else 0
 
     # -- candidate --------------------------------------------------------------------------
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
-        """One candidate's verdict: a Verification of its own, served by this Verifier's workers."""
-        return Verification(self, candidate, problem).run()
+    def verify(self, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+        """One candidate's verdict: a Verification of its own, served by this Verifier's workers.
+        `prebuilt`: its extensions as the pool's compile stage built them (build_stage.py,
+        Product.job_field), served to its job instead of building there."""
+        return Verification(self, candidate, problem, prebuilt).run()
 
     # -- baselines kept across processes (trusted_cache.py) ----------------------------------
     def cached_baselines(self, problem: Problem, specs: list) -> tuple[str | None, list[str], dict | None]:

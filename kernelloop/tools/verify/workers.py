@@ -71,6 +71,7 @@ class WorkerSpec:
     bytecode_dir: Path | None = None
     bytecode_writes: bool = False
     module: str = TRUSTED_MODULE  # what its forked children run (sandbox/zygote.py)
+    read_only: tuple[Path, ...] = ()  # dirs its jobs may read, never write (the build products)
 
     def start(self, wait: bool = True) -> Zygote:
         if self.bytecode_writes:  # the first time, the spare cores compile ahead of this worker's imports
@@ -78,7 +79,12 @@ class WorkerSpec:
         return Zygote(self.module, self.device, self.work_dir, self.gpu_index, hide=list(self.hide), standby=self.standby,
                       cache_dir=self.cache_dir, per_job_cache=self.per_job_cache, preload=self.preload,
                       preload_later=self.preload_later, wait=wait, bytecode_dir=self.bytecode_dir,
-                      bytecode_writes=self.bytecode_writes)
+                      bytecode_writes=self.bytecode_writes, read_only=self.read_only)
+
+
+def builds_dir(workspace: Path) -> Path:
+    """Where a workspace's build products are kept (build_store.py): only the parent writes there."""
+    return workspace / "verifier" / "builds"
 
 
 @dataclass
@@ -119,8 +125,11 @@ def layout(device: str, workspace: Path, gpu_index: int | None, standby: bool, t
         cache_root.mkdir(parents=True, exist_ok=True)  # a dir to hide must exist before the sandbox starts
     # Bytecode of torch and the rest, compiled once by the trusted worker, kept in the trusted cache.
     bytecode = trusted_cache.kept_bytecode_dir(cache_root)
+    # The compile stage's products (build_stage.py): read-only for candidates, hidden from the rest.
+    builds = builds_dir(workspace)
+    builds.mkdir(parents=True, exist_ok=True)
     made.candidate = WorkerSpec(device, root, gpu_index, hide, standby, None, True, preload=preload,
-                                bytecode_dir=bytecode, module=CANDIDATE_MODULE)
+                                bytecode_dir=bytecode, module=CANDIDATE_MODULE, read_only=(builds,))
     later = tuple(m for m in COMPILER_MODULES if m not in DISPATCH_MODULES) if device == "cuda" and time_it else ()
     if bytecode is not None:
         # Only the trusted worker writes bytecode: it imports the candidates' worker's own preloads

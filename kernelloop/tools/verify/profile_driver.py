@@ -1,10 +1,11 @@
 """The program ncu profiles: load a candidate, run its forward a few times on the GPU, exit.
 
-    python -m kernelloop.tools.profile.profile_driver CANDIDATE PROBLEM [--iters N]
+    python -m kernelloop.tools.verify.profile_driver CANDIDATE PROBLEM [--iters N]
 
 ncu must start the process it profiles, so this runs outside the verifier's zygote; it still
 refuses a candidate that breaks a static rule, and ncu_run.py starts it with the sandbox's
-scrubbed environment in a scratch directory.
+scrubbed environment in a scratch directory. It runs a candidate, so it lives with the verifier
+(tools/profile names it only as a program to start: profile imports nothing of verify).
 """
 
 from __future__ import annotations
