@@ -125,6 +125,7 @@ class Code(str, Enum):
     biased = "biased"  # a one-sided (scale or offset) error
     stale_on_fresh_inputs = "stale_on_fresh_inputs"  # right on the trials, wrong on fresh values after timing
     wrong_on_extra_sets = "wrong_on_extra_sets"  # under the reference's roofline and wrong on the extra sets
+    wrong_on_timed_call = "wrong_on_timed_call"  # a timed call picked at random is wrong on its fresh values
     # rejected
     forbidden_import = "forbidden_import"
     forbidden_call = "forbidden_call"
@@ -153,7 +154,7 @@ _CODES_BY_STATUS = {
                            "output_flood"),
     Status.timeout: ("timed_out",),
     Status.incorrect: ("wrong_type", "nonfinite", "mismatch", "off_on_most", "biased", "stale_on_fresh_inputs",
-                       "wrong_on_extra_sets"),
+                       "wrong_on_extra_sets", "wrong_on_timed_call"),
 }
 # Every code belongs to one status; `unknown` to none (it goes with any).
 STATUS_OF: dict[Code, Status] = {Code(name): status for status, names in _CODES_BY_STATUS.items() for name in names}
@@ -179,6 +180,10 @@ class TimingStats(Record):
     mean_ms: float
     samples: int
     host_ms_per_call: float | None = None  # host wall clock per call with a device-wide synchronize
+    # the candidate's: its window's work besides the forward (the window's sets written, its outputs
+    # kept, the digests, the request's round trip), per call, timed alone in the trusted job and
+    # already taken off host_ms_per_call
+    overhead_ms_per_call: float | None = None
 
 
 @dataclass
@@ -208,6 +213,11 @@ class Measurement(Record):
     # the parent's clock around back-to-back calls in each child, ended by a device-wide synchronize
     host_ms_per_call: dict[str, float] = field(default_factory=dict)
     back_to_back_calls: int = 0
+    # the candidate's per-call work besides its forward (the window's sets written, its output kept,
+    # the digests), timed the same way in the trusted job and taken off its back-to-back time
+    fresh_overhead_ms_per_call: float | None = None
+    fresh_values: bool | None = None  # the trusted job: timed calls got values never seen (False: no float input)
+    checked_rounds: list[int] = field(default_factory=list)  # rounds whose candidate output the parent checked
     parent_block_ms: list[float] = field(default_factory=list)  # the parent's clock around each block of rounds
     claimed_block_ms: list[float] = field(default_factory=list)  # device time the candidate claims in each block
     compile_s: dict[str, float] = field(default_factory=dict)  # baselines' compile times (trusted job)

@@ -115,7 +115,7 @@ def _incorrect_fixes(verdict: Verdict) -> list[str]:
     """A wrong output: what the code and the localisation point at."""
     code, rel = verdict.code, verdict.rel_err
     fixes: list[str] = []
-    if code is Code.stale_on_fresh_inputs:
+    if code in (Code.stale_on_fresh_inputs, Code.wrong_on_timed_call):
         fixes.append("the result depends on cached state: recompute everything on every call")
     elif code is Code.wrong_type:
         fixes.append(f"{verdict.reason}: return exactly the reference's shapes and dtypes as plain tensors")

@@ -26,6 +26,7 @@ from kernelloop.cli._common import (
     BUDGET_HELP,
     DEVICE_HELP,
     DISK_ERRNOS,
+    FRESH_TIMING_HELP,
     SETTINGS_NOTE,
     WORKSPACE_HELP,
     device_flag,
@@ -49,11 +50,12 @@ console = Console()
 
 
 def _open_pool(device: str, ray: str | None, workspace: Path | None, timing: bool = True,
-               workers_per_gpu: int = 1) -> VerifierPool:
+               workers_per_gpu: int = 1, fresh_timing: bool = False) -> VerifierPool:
     """The verifier workers of this bench: workers_per_gpu per local GPU (or the CPU), or Ray actors with --ray."""
     from kernelloop.tools.verify.pool import make_pool
 
-    return make_pool(device, ray, workspace=workspace, workers_per_device=workers_per_gpu, time_it=timing)
+    return make_pool(device, ray, workspace=workspace, workers_per_device=workers_per_gpu, time_it=timing,
+                     fresh_timing=fresh_timing)
 
 
 class _PoolLease:
@@ -186,6 +188,7 @@ def bench(
                                              "or a KernelBench checkout's level{L}/{N}_Name.py"),
     baselines_only: bool = typer.Option(False, "--baselines-only", help="time eager, compile and problem baselines only"),
     timing: bool = typer.Option(True, "--timing/--no-timing", help="--no-timing: correctness only, no speed measured"),
+    fresh_timing: bool = typer.Option(False, "--fresh-timing", help=FRESH_TIMING_HELP),
     workers_per_gpu: int = typer.Option(1, "--workers-per-gpu", min=1, help="verifier workers sharing each GPU "
                                         "(more than 1 needs --no-timing: a timed candidate has its GPU alone)"),
     stop_after: str | None = typer.Option(None, "--stop-after", help="start no candidate after this long (e.g. 8m); "
@@ -213,6 +216,8 @@ def bench(
         fail_usage("--list and --problems-dir go together")
     if baselines_only and not timing:
         fail_usage("--baselines-only times baselines: it can't be --no-timing")
+    if fresh_timing and not timing:
+        fail_usage("--fresh-timing is how candidates are timed: it can't be --no-timing")
     if workers_per_gpu > 1 and timing:
         fail_usage(f"--workers-per-gpu {workers_per_gpu} needs --no-timing: a timed candidate has its GPU alone")
     if workers_per_gpu > 1 and ray is not None:
@@ -259,7 +264,7 @@ def bench(
             resolve_devices(device)  # a bad --device is a usage error before any worker starts
         endpoint = EndpointConfig.resolve(base_url, model, api_key) if mode is Mode.agent else None
         # PoolError: no GPU, no Ray, no cluster, a GPU shared for timing (in seconds)
-        pool = _open_pool(device, ray, space, timing, workers_per_gpu)
+        pool = _open_pool(device, ray, space, timing, workers_per_gpu, fresh_timing)
     except ValueError as exc:  # ProblemError, ConfigError, PoolError: one line
         fail_usage(str(exc).splitlines()[0])
     for line in chosen.skipped:  # a pipe, a symlink, a device among the problems: that one is left out

@@ -22,6 +22,7 @@ from kernelloop import defaults
 from kernelloop.cli._app import app
 from kernelloop.cli._common import (
     DEVICE_HELP,
+    FRESH_TIMING_HELP,
     SETTINGS_NOTE,
     WORKSPACE_HELP,
     device_flag,
@@ -164,6 +165,7 @@ def verify(
     json_out: bool = typer.Option(False, "--json", help="print the verdict as one JSON object"),
     strict: bool = typer.Option(False, help="reject any reference compute op still run through torch"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="measure speed (GPU only)"),
+    fresh_timing: bool = typer.Option(False, "--fresh-timing", help=FRESH_TIMING_HELP),
     timeout: float | None = typer.Option(None, min=1, help=f"seconds allowed for each of the compile and run phases "
                                          f"[default: {defaults.COMPILE_TIMEOUT_S:g} s to compile, "
                                          f"{defaults.RUN_TIMEOUT_S:g} s to run]", show_default=False),
@@ -192,7 +194,8 @@ def verify(
         imports_s = time.perf_counter() - imports_started
         try:
             with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
-                                                     time_it=time_it, **chosen.limits.model_dump()) as pool:
+                                                     time_it=time_it, fresh_timing=fresh_timing,
+                                                     **chosen.limits.model_dump()) as pool:
                 verdict = pool.verify(loaded_candidate, loaded_problem)
                 closing = time.perf_counter()
         except (ProblemError, ValueError) as exc:  # the problem failed itself, or no such device here

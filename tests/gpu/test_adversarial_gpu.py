@@ -2,7 +2,9 @@
 only pays off in a timing loop must be caught where they would pay off.
 
 Same fixtures and headers as tests/unit/test_adversarial.py (see its docstring); here every
-fixture runs, including `needs_timing: yes` ones, through one timed Verifier on the GPU.
+fixture runs, including `needs_timing: yes` ones, through one timed Verifier on the GPU. A cheat
+with an honest twin (`honest:`, the memo fixtures) that is judged correct must read no faster
+than that twin timed by the same verifier.
 """
 
 from __future__ import annotations
@@ -56,9 +58,21 @@ def timed_verifier(tmp_path_factory) -> Iterator:
             yield shared
 
 
+@pytest.fixture(scope="module")
+def honest_speeds() -> dict:
+    """Each honest twin's speedup, measured once by the linted timed verifier."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def unlinted_honest_speeds() -> dict:
+    return {}
+
+
 @pytest.mark.parametrize("path", corpus.corpus_params(timed=True))
-def test_fixture_gets_its_verdict_when_timed(timed_verifier, path):
-    corpus.check_fixture(timed_verifier, path)
+def test_fixture_gets_its_verdict_when_timed(timed_verifier, honest_speeds, path):
+    verdict = corpus.check_fixture(timed_verifier, path)
+    corpus.assert_no_faster_than_honest(timed_verifier, path, verdict, honest_speeds)
 
 
 def test_timed_verifier_survives_the_corpus(timed_verifier):
@@ -83,8 +97,9 @@ def unlinted_timed_verifier(tmp_path_factory) -> Iterator:
 
 
 @pytest.mark.parametrize("path", corpus.boundary_params())
-def test_the_trust_boundary_holds_when_timed(unlinted_timed_verifier, path):
+def test_the_trust_boundary_holds_when_timed(unlinted_timed_verifier, unlinted_honest_speeds, path):
     verdict = corpus.check_fixture(unlinted_timed_verifier, path, unlinted=True)
+    corpus.assert_no_faster_than_honest(unlinted_timed_verifier, path, verdict, unlinted_honest_speeds)
     if corpus.parse_header(path).not_fast:
         assert verdict.speedup is not None and verdict.speedup < 1.0, (
             f"{path.name}: a forged timer got a speedup of {verdict.speedup} ({verdict.speed_source}); "

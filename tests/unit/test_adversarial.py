@@ -16,6 +16,12 @@ with a header of comment lines:
     # unlinted: / unlinted_reason:  the verdict with the static rules OFF: what the trust boundary
     #         itself decides (the rules are a lint; these fixtures prove the design holds without them)
     # not_fast: yes   (timed without the rules on a GPU, it must never be reported faster than eager)
+    # honest: FILE   (its honest twin in tests/fixtures/honest/, same problem: where it is judged
+    #         correct on a GPU, timed, it must read no faster than that kernel judged by the same
+    #         verifier; a cheat may promise `correct` only with one: its trick is made pointless)
+    # fresh_timing: yes   (its promise, where it is timed, needs fresh timing, which is opt-in
+    #         (Verifier.fresh_timing): the memo fixtures and those attacking fresh timing itself;
+    #         check_fixture turns it on for them alone, every other fixture is timed as by default)
     # note: free text (repeatable)
 
 tests/fixtures/honest/ holds controls with the same header (`expect: correct`). All files run
@@ -51,7 +57,7 @@ TEST_PARENT_PID = os.getppid()
 
 REQUIRED_KEYS = ("trick", "problem", "expect", "reason", "gpu_only")
 OPTIONAL_KEYS = ("needs_timing", "expect_cpu", "reason_cpu", "must_not_create", "unlinted", "unlinted_reason",
-                 "not_fast", "note")
+                 "not_fast", "honest", "fresh_timing", "note")
 STATUSES = {status.value for status in Status}
 
 
@@ -76,6 +82,8 @@ class FixtureHeader:
     unlinted: tuple[Status, ...] = ()
     unlinted_reasons: tuple[str, ...] = ()
     not_fast: bool = False
+    fresh_timing: bool = False
+    honest: Path | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def expected(self, device: str) -> tuple[Status, tuple[str, ...]]:
@@ -127,6 +135,9 @@ def parse_header(path: Path) -> FixtureHeader:
     problem = PROBLEMS / fields["problem"]
     if not problem.is_file():
         raise HeaderError(f"{path.name}: problem {fields['problem']!r} is not in {PROBLEMS}")
+    honest = FIXTURES / "honest" / fields["honest"] if "honest" in fields else None
+    if honest is not None and not honest.is_file():
+        raise HeaderError(f"{path.name}: honest twin {fields['honest']!r} is not in {FIXTURES / 'honest'}")
     return FixtureHeader(
         path=path,
         trick=fields["trick"],
@@ -141,6 +152,8 @@ def parse_header(path: Path) -> FixtureHeader:
         unlinted=tuple(_status(v.strip(), path) for v in fields.get("unlinted", "").split("|") if v.strip()),
         unlinted_reasons=_reasons(fields["unlinted_reason"], path) if "unlinted_reason" in fields else (),
         not_fast=_yes_no(fields.get("not_fast", "no"), "not_fast", path),
+        fresh_timing=_yes_no(fields.get("fresh_timing", "no"), "fresh_timing", path),
+        honest=honest,
         notes=tuple(notes),
     )
 
@@ -181,6 +194,7 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
     header = parse_header(path)
     if header.must_not_create is not None:
         header.must_not_create.unlink(missing_ok=True)
+    verifier.fresh_timing = header.fresh_timing  # opt-in: only where the promise needs it (read per verification)
     verdict = verifier.verify(Candidate.from_file(path), Problem.from_file(header.problem))
     # Containment first: a leak or an escaped file matters even when the verdict is also wrong.
     assert SECRET not in verdict_text(verdict), f"{path.name}: the API key leaked into the verdict"
@@ -196,6 +210,26 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
     assert any(reason in verdict.reason.lower() for reason in reasons), (
         f"{path.name}: expected reason containing {' or '.join(map(repr, reasons))}, got {verdict.reason!r}")
     return verdict
+
+
+HONEST_SPEED_SLACK = 0.25  # two verifications of one kernel differ by well under this; a memo that hits reads several times faster
+
+
+def assert_no_faster_than_honest(verifier, path: Path, verdict: Verdict, speeds: dict[tuple[Path, bool], float]) -> None:
+    """A cheat with an honest twin, judged correct and timed, reads no faster than that twin judged by
+    the same verifier (`speeds` keeps each twin's speedup, measured once)."""
+    header = parse_header(path)
+    if header.honest is None or verdict.status is not Status.correct or verdict.speedup is None:
+        return
+    key = (header.honest, verifier.fresh_timing)  # the twin timed the way the cheat was
+    if key not in speeds:
+        twin = verifier.verify(Candidate.from_file(header.honest), Problem.from_file(header.problem))
+        assert twin.status is Status.correct and twin.speedup is not None, f"{header.honest.name}: {twin.reason}"
+        speeds[key] = twin.speedup
+    honest = speeds[key]
+    assert verdict.speedup <= honest * (1 + HONEST_SPEED_SLACK), (
+        f"{path.name}: {verdict.speedup:.3f}x ({verdict.speed_source}) against its honest twin's {honest:.3f}x: "
+        f"the trick pays off; {verdict.warnings}")
 
 
 def boundary_params() -> list:
@@ -235,8 +269,11 @@ def test_corpus_is_big_enough_and_well_formed():
     honest = sorted((FIXTURES / "honest").glob("*.py"))
     assert len(cheats) >= 36, f"only {len(cheats)} cheats"
     headers = [parse_header(path) for path in cheats + honest]  # raises HeaderError on a bad header
-    assert all(h.expect is not Status.correct for h in headers[:len(cheats)]), "a cheat expects correct"
+    assert all(h.expect is not Status.correct or h.honest is not None for h in headers[:len(cheats)]), \
+        "a cheat expects correct with no honest twin to be timed against"
     assert all(h.expect is Status.correct for h in headers[len(cheats):]), "an honest control expects a failure"
+    twins = [h for h in headers if h.honest is not None]
+    assert all(parse_header(h.honest).problem == h.problem for h in twins), "an honest twin of another problem"
     problems_used = {h.problem.name for h in headers}
     assert problems_used == {p.name for p in PROBLEMS.glob("*.py")}, "a fixture problem is unused or missing"
 

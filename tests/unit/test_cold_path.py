@@ -534,7 +534,7 @@ def test_the_trusted_job_builds_the_baselines_ahead_once_and_timing_reuses_them(
 
     monkeypatch.setattr(measure, "baseline_callables", callables)
     monkeypatch.setattr(measure, "roofline_of", lambda eager, sets: {})
-    monkeypatch.setattr(timing, "cuda_rounds", _Rounds)
+    monkeypatch.setattr(timing, "rounds_on", lambda device, fns, n, **hooks: _Rounds(fns, n))
     monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "test")
     path = problem_file(tmp_path).path
 

@@ -88,3 +88,30 @@ def test_the_watch_kills_once_a_stream_passes_its_limit(tmp_path):
         assert flooded(fd, limit=2000) is None
     finally:
         os.close(fd)
+
+
+def test_a_timed_wait_walks_the_job_dir_only_while_no_message_has_come(tmp_path, monkeypatch):
+    """The disk budget's walk (milliseconds) stays out of the parent's clock around a timed request:
+    a message already there is returned without it; a wait with no message still runs it."""
+    import json
+    from types import SimpleNamespace
+
+    from kernelloop.sandbox import runner
+
+    walks: list[bool] = []
+    queue: list = []
+    zygote = SimpleNamespace(_read_message=lambda timeout_s: queue.pop(0) if queue else None, alive=lambda: True)
+    held = SimpleNamespace(path=tmp_path)
+    session = runner.JobSession(zygote, 1, held, 0.0, 10.0, 10.0)
+    session.disk_budget_bytes = 1 << 30
+    monkeypatch.setattr(runner, "dir_usage", lambda path, most: walks.append(True) or 0)
+    held: list[bool] = []  # the held-file count (held_files.py) goes with the walk
+    monkeypatch.setattr(session, "_held_unlinked_bytes", lambda: held.append(True) or 0)
+    queue.append({"msg": json.dumps({"block": {}})})
+    assert session.receive(timed=True) == {"block": {}} and walks == []
+    queue.extend([None, {"msg": json.dumps({"back": {}})}])
+    assert session.receive(timed=True) == {"back": {}} and walks == [True]  # checked while it waited
+    session._disk_checked_at = 0.0
+    queue.append({"msg": json.dumps({"pick": {}})})
+    assert session.receive() == {"pick": {}} and walks == [True, True]  # untimed: checked as before
+    assert held == walks

@@ -250,3 +250,56 @@ def test_cuda_timers_say_clearly_that_they_need_a_gpu(monkeypatch):
         timing.host_ms_per_call(lambda i: None, 1, 10)
     with pytest.raises(TimingError, match="CUDA is not available"):
         timing.time_plain_ms(lambda: None)
+
+
+def test_fresh_values_go_in_before_each_timed_call_and_its_output_is_kept_after_it():
+    """Rounds' hooks (fresh values in, a copy of the output out) run outside each call's timed
+    region: `prepare` before the timer starts (the flush), `after` once its stop is recorded, with
+    the round's number within the block; the untimed warm-up calls get neither."""
+    log: list = []
+
+    class Logged(FakeDevice):
+        def start(self) -> None:
+            log.append("start")
+            super().start()
+
+        def stop(self) -> None:
+            log.append("stop")
+            super().stop()
+
+    device = Logged()
+
+    def fn(name: str):
+        def call(input_set: int) -> str:
+            log.append(("call", name))
+            device.now += 1.0
+            return f"{name}-output"
+        return call
+
+    rounds = timing.Rounds({"candidate": fn("candidate"), "eager": fn("eager")}, 1, device, device.now_ms,
+                           prepare=lambda name, step: log.append(("prepare", name, step)),
+                           after=lambda name, output: log.append(("after", name, output)))
+    rounds.warm(0.0)
+    assert all(entry[0] == "call" for entry in log)  # warm-up: no fresh values, nothing kept
+    log.clear()
+    samples = rounds.block(2)
+    assert samples == {"candidate": [1.0, 1.0], "eager": [1.0, 1.0]}  # the hooks cost the timed calls nothing
+    assert log[:5] == [("prepare", "candidate", 0), "start", ("call", "candidate"), "stop",
+                       ("after", "candidate", "candidate-output")]
+    assert [entry for entry in log if entry[0] == "prepare"] == [
+        ("prepare", "candidate", 0), ("prepare", "eager", 0), ("prepare", "eager", 1), ("prepare", "candidate", 1)]
+
+
+def test_a_back_to_back_time_per_call_is_the_median_window_less_its_overhead():
+    """One window's stray milliseconds (a collection, a walk of a dir) do not move the per-call time;
+    the overhead run is taken off window by window; never below the floor."""
+    from kernelloop.tools.verify.timing_driver import MIN_HOST_MS, per_call_ms
+
+    calls = 21
+    steady = per_call_ms([3.0, 3.1, 2.9, 3.0], [2.3, 2.4, 2.2, 2.3], calls)
+    assert steady == pytest.approx(0.7 / calls)
+    with_stray = per_call_ms([3.0, 3.1, 9.0, 3.0], [2.3, 2.4, 2.2, 2.3], calls)
+    assert with_stray == pytest.approx(steady, rel=0.1)
+    assert per_call_ms([2.0], [2.5], calls) == MIN_HOST_MS
+    with pytest.raises(ValueError):
+        per_call_ms([3.0, 3.0], [2.0], calls)

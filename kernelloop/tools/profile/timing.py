@@ -176,13 +176,18 @@ class Rounds:
     one timing the baselines), so their rounds stay adjacent in time."""
 
     def __init__(self, fns: dict[str, Callable[[int], object]], n_input_sets: int, timer: CallTimer,
-                 now_ms: Callable[[], float]):
+                 now_ms: Callable[[], float], prepare: Callable[[str, int], None] | None = None,
+                 after: Callable[[str, object], None] | None = None):
         if not fns:
             raise TimingError("nothing to time: fns is empty")
         if n_input_sets < 1:
             raise TimingError(f"n_input_sets must be >= 1, got {n_input_sets}")
         self.fns, self.names, self.n_input_sets = fns, list(fns), n_input_sets
         self.timer, self.now_ms = timer, now_ms
+        # Outside the timed region of each call: `prepare(name, step)` before the timer starts (the
+        # flush), with the round's number within the block (fresh values into the call's inputs);
+        # `after(name, output)` once its stop is recorded (a copy of the output kept).
+        self.prepare, self.after = prepare, after
         self.round_index = 0
         self.hold_ms = 0.0
 
@@ -216,14 +221,21 @@ class Rounds:
         if rounds < 1:
             raise TimingError(f"rounds must be >= 1, got {rounds}")
         samples: dict[str, list[float]] = {name: [] for name in self.names}
-        for _ in range(rounds):
+        for step in range(rounds):
             shift = self.round_index % len(self.names)
             order = self.names[shift:] + self.names[:shift]
             input_set = self.round_index % self.n_input_sets
             for name in order:
+                if self.prepare is not None:
+                    self.prepare(name, step)
                 self.timer.start()
-                self.fns[name](input_set)
+                if self.after is None:  # the output dropped at once, as before `after` existed
+                    self.fns[name](input_set)
+                    self.timer.stop()
+                    continue
+                output = self.fns[name](input_set)
                 self.timer.stop()
+                self.after(name, output)
             for name, ms in zip(order, self.timer.collect_ms(), strict=True):
                 samples[name].append(ms)
             self.round_index += 1
@@ -427,15 +439,58 @@ def time_plain_ms(fn: Callable[[], object], n: int = 100) -> float:
 
 
 def cuda_rounds(fns: dict[str, Callable[[int], object]], n_input_sets: int,
-                device: torch.device | int | str | None = None) -> Rounds:
+                device: torch.device | int | str | None = None, prepare: Callable[[str, int], None] | None = None,
+                after: Callable[[str, object], None] | None = None) -> Rounds:
     """`Rounds` on CUDA events with the L2 flush and the hold, and the host's clock."""
-    return Rounds(fns, n_input_sets, CudaEventTimer(device), _perf_counter_ms)
+    return Rounds(fns, n_input_sets, CudaEventTimer(device), _perf_counter_ms, prepare, after)
 
 
-def back_to_back(fn: Callable[[int], object], n_input_sets: int, calls: int) -> None:
+class HostTimer:
+    """CallTimer on the host's clock, with no flush and no hold: where there is no GPU (the CPU), so
+    that the timing protocol itself runs; what it measures is no device time and no verdict uses it."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self._done: list[float] = []
+
+    def start(self) -> None:
+        self._started = _perf_counter_ms()
+
+    def stop(self) -> None:
+        self._done.append(_perf_counter_ms() - self._started)
+
+    def collect_ms(self) -> list[float]:
+        done, self._done = self._done, []
+        return done
+
+    def sync(self) -> None:
+        """Nothing is queued on the CPU."""
+
+    def hold(self, ms: float) -> None:
+        """Nothing to hold on the CPU."""
+
+
+def rounds_on(device: str, fns: dict[str, Callable[[int], object]], n_input_sets: int,
+              prepare: Callable[[str, int], None] | None = None,
+              after: Callable[[str, object], None] | None = None) -> Rounds:
+    """`cuda_rounds` on a GPU ("cuda", "cuda:N"); on the CPU, Rounds on the host clock (HostTimer)."""
+    if device.startswith("cuda"):
+        return cuda_rounds(fns, n_input_sets, prepare=prepare, after=after)
+    return Rounds(fns, n_input_sets, HostTimer(), _perf_counter_ms, prepare, after)
+
+
+def back_to_back(fn: Callable[[int], object], n_input_sets: int, calls: int,
+                 prepare: Callable[[int], None] | None = None, after: Callable[[object], None] | None = None) -> None:
     """`calls` back-to-back calls on rotating input sets, then a device-wide synchronize. Untimed
     here: the verifier's parent times this from its own process (`host_ms_per_call` is the same
-    loop timed in-process)."""
+    loop timed in-process). `prepare(call)` before each call, `after(output)` after it: the same
+    per-call work as the timed rounds' (fresh values in, a copy of the output out)."""
     for call in range(calls):
-        fn(call % n_input_sets)
-    torch.cuda.synchronize()
+        if prepare is not None:
+            prepare(call)
+        if after is None:  # the output dropped at once, as before `after` existed
+            fn(call % n_input_sets)
+            continue
+        after(fn(call % n_input_sets))
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()

@@ -76,7 +76,11 @@ def preload() -> None:
 
 def _load_triton_driver() -> None:
     """Build and load Triton's CUDA driver helpers (cuda_utils: 0.36 s of gcc in every fresh process)
-    in this process, from a private temporary dir deleted once they are loaded.
+    in this process, from a private temporary dir deleted once they are loaded. The kernel that
+    digests timed outputs (kept_outputs.py) is not compiled here: most jobs are never timed, and a
+    timed one compiles it while the trusted job sets up its baselines (timing_driver.py). Its
+    digests are commitments the parent checks with its own torch ops, so a cache the candidate
+    planted for it can only make them fail.
 
     Per process, never in the zygote: a job can open its own mapping of the library for writing
     (/proc/self/map_files, seen in bubblewrap on an H200 node), and a mapping the zygote made would be

@@ -3,11 +3,13 @@
 Two kinds of child. The trusted one (reference_job.py) runs the problem: inputs, reference
 outputs, baselines. The candidate's child, here, loads ModelNew and does what the parent asks on
 the job's channel, nothing more: run the trials on the inputs it was given (poisoned memory
-first) and save the outputs; when asked, time itself; when asked, run once more on fresh values
-written into buffers it already knows; then stop. It never holds reference outputs, the
-verdict's state or anyone's timings: the parent compares, decides and cross-checks, and treats
-everything this process reports (its event times, its kernels, its op and launch counts, its
-input checks) as claims.
+first) and save the outputs; when asked, time itself, every timed call on fresh values
+(fresh_values.py) from the request's seed, keeping a copy of each call's output and answering
+with their digests (kept_outputs.py), then hand over the copies the parent picks; when asked,
+run once more on fresh values written into buffers it already knows; then stop. It never holds
+reference outputs, the verdict's state or anyone's timings: the parent compares, decides and
+cross-checks, and treats everything this process reports (its event times, its kernels, its op
+and launch counts, its input checks, its digests) as claims.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls pre
     serve,
 )
 from kernelloop.tools.verify.compare import flatten_outputs
+from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, warm_fresh_values
+from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
 
 if TYPE_CHECKING:  # imported where timing is set up, not when the child starts
@@ -62,6 +66,8 @@ class LaunchCounter:
         self.mode: str | None = None
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.served: list[str] = []  # extension modules loaded from the compile stage's product (build_job.py)
+        self._runs: dict[Any, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
+        self._own_let_through = False
 
     def install(self, prebuilt: dict[str, Any] | None = None) -> None:
         from triton.runtime import interpreter, jit
@@ -95,7 +101,18 @@ class LaunchCounter:
                 counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
             return kernel
 
+        self._runs[cls] = (original_run, run)
         cls.run = run
+
+    def let_own_kernels_through(self) -> None:
+        """The harness's own Triton kernels (the digests of kept outputs: fresh timing) run uncounted
+        and untouched by the decoy modes. Installed only where fresh timing is set up, so a launch
+        without it goes through exactly the counting wrapper."""
+        if self._own_let_through:
+            return
+        self._own_let_through = True
+        for cls, (original_run, counted_run) in self._runs.items():
+            cls.run = _own_first(original_run, counted_run)
 
     def perturb(self, values: list) -> None:
         for value in values:
@@ -111,6 +128,15 @@ class LaunchCounter:
             for value, original in self.saved.values():
                 value.copy_(original)
         self.saved = {}
+
+
+def _own_first(original_run, counted_run):
+    def run(self_, *args, **kwargs):
+        if getattr(self_.fn, "__module__", "").startswith("kernelloop."):  # the harness's own (the digests)
+            return original_run(self_, *args, **kwargs)
+        return counted_run(self_, *args, **kwargs)
+
+    return run
 
 
 def launch_facts(fn, args: tuple, kwargs: dict, kernel) -> dict[str, Any]:
@@ -295,8 +321,14 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         return {"status": "compile_error", "code": Code.no_modelnew.value,
                 "reason": "modelnew: the candidate defines no ModelNew"}
     steps.lap("import_s")
-    # The inputs alone: the reference's outputs never come into this process.
-    input_sets, given = read_sets(job["inputs_path"])
+    # The inputs alone: the reference's outputs never come into this process. Donor sets (at the
+    # end, where the trusted job made any) are only for fresh values to be drawn from.
+    all_sets, given = read_sets(job["inputs_path"])
+    donors, pool_at = given.get("donors"), given.get("pool")
+    donors = donors if isinstance(donors, int) and 0 < donors < len(all_sets) else 0
+    input_sets = all_sets[:len(all_sets) - donors]
+    pool_sets = [all_sets[i] for i in (pool_at if isinstance(pool_at, list) else [])
+                 if isinstance(i, int) and 0 <= i < len(all_sets)] or all_sets[:1]
     steps.lap("load_s")
     if device.startswith("cuda"):
         torch.cuda.init()  # CUDA context creation lands in setup, not in the first call (at once if prepared)
@@ -311,6 +343,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     synchronize(device)
     steps.lap("model_s")
     session = _CandidateSession(model, input_sets, counter, job, channel)
+    session.pool_sets = pool_sets
     session.overhead.update(setup_s=steps.total(), **{f"setup_{k}": v for k, v in steps.laps.items()},
                             **_prepared_report(steps.started))
     session.shuffled = shuffled
@@ -343,6 +376,13 @@ class _CandidateSession:
         self.specs: list[list] = job.get("output_specs") or []  # per input set: [shape, dtype] of each output
         self.timing: Rounds | None = None  # set by the parent's "time" request (setup_timing)
         self.shuffled = False
+        # Fresh values for timed calls (fresh_values.py): the trial sets they are drawn from, the
+        # request's values, and the copies of its timed calls' outputs (kept_outputs.py).
+        self.pool_sets: list[list] = input_sets[:1]
+        self.pool: Pool | None = None
+        self.fresh_values: FreshRequest | None = None
+        self.kept: Kept | None = None
+        self.window: Window | None = None  # the back-to-back windows' input sets, one per call
 
     def _specs(self, index: int) -> list:
         return self.specs[index] if index < len(self.specs) else []
@@ -361,14 +401,13 @@ class _CandidateSession:
             request = self.channel.receive()
             kind = next(iter(request), None)
             if kind == "time":
-                self.channel.send({"time": self.setup_timing()})
+                self.channel.send({"time": self.setup_timing(request["time"])})
             elif kind == "block":
-                self.channel.send({"block": {"samples_ms": self._rounds().block(int(request["block"]["rounds"]))}})
+                self.channel.send({"block": self.block(request["block"])})
             elif kind == "back":
-                from kernelloop.tools.profile.timing import back_to_back
-
-                back_to_back(self._rounds().fns[CANDIDATE], len(self.timing_sets), int(request["back"]["calls"]))
-                self.channel.send({"back": {}})
+                self.channel.send({"back": self.back(request["back"])})
+            elif kind == "pick":
+                self.channel.send({"pick": self.pick(request["pick"])})
             elif kind == "profile":
                 self.channel.send({"profile": self.profile()})
             elif kind == "rerun":
@@ -452,19 +491,80 @@ class _CandidateSession:
             raise RuntimeError("asked to time before the timing was set up (no \"time\" request came first)")
         return self.timing
 
-    def setup_timing(self) -> dict[str, Any]:
-        from kernelloop.tools.profile.timing import cuda_rounds
+    def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The timing rounds: with fresh values (`fresh`, opt-in: Verifier.fresh_timing), one set of
+        input buffers, written before every timed call from the request's seed, and room to keep
+        `keep_calls` outputs; without (the default), the trial sets in turn, as before fresh timing."""
+        from kernelloop.tools.profile.timing import rounds_on
 
         self.channel.phase("timing")
         started = time.perf_counter()
-        self.timing_sets = [to_device(inputs, self.device) for inputs in self.input_sets]
+        fresh = bool(request.get("fresh", False))
+        if fresh:
+            self.counter.let_own_kernels_through()  # the digest kernel, compiled below, is the harness's
+            self.pool = Pool([to_device(inputs, self.device) for inputs in self.pool_sets])
+            self.timing_sets = [self.pool.buffers()]
+            self.kept = Kept(self._specs(0), int(request.get("keep_calls") or 1), self.device)
+            self.window = Window(self.pool, self.kept.calls, self.timing_sets[0])
+            warm_fresh_values(self.pool, self.kept, self.device, self.window)
+        else:
+            self.timing_sets = [to_device(inputs, self.device) for inputs in self.input_sets]
         call = lambda i: self.model(*self.timing_sets[i])  # noqa: E731
-        self.timing = cuda_rounds({CANDIDATE: call, AGAIN: call}, len(self.timing_sets))
+        self.timing = rounds_on(self.device, {CANDIDATE: call, AGAIN: call}, len(self.timing_sets),
+                                prepare=self._prepare if fresh else None, after=self._after if fresh else None)
         hold_ms = self.timing.warm()
         self.costs["timing_setup_s"] = time.perf_counter() - started
         # The fresh check writes new values into the buffers the timing loop called first.
         self.buffers = self.timing_sets[0]
         return {"hold_ms": hold_ms}
+
+    def _prepare(self, name: str, step: int) -> None:
+        """Before a timed call, outside its timed region: this call's fresh values into the buffers
+        (a block numbers its calls round by round, the candidate's first)."""
+        if self.fresh_values is not None:
+            self.fresh_values.fill(self.timing_sets[0], 2 * step + (name != CANDIDATE))
+
+    def _after(self, name: str, output: object) -> None:
+        """After a timed call of the candidate, once its stop is recorded: a copy of its output."""
+        if name == CANDIDATE and self.kept is not None:
+            self.kept.keep(flatten_outputs(output))
+
+    def block(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Timed rounds; with fresh values, the digests of the candidate's outputs, one per round."""
+        rounds = int(request["rounds"])
+        if self.pool is None or self.kept is None:
+            return {"samples_ms": self._rounds().block(rounds)}
+        self.kept.reset()
+        self.fresh_values = self.pool.request(int(request["seed"]), 2 * rounds)
+        samples = self._rounds().block(rounds)
+        return {"samples_ms": samples, "digests": self.kept.digests()}
+
+    def back(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Back-to-back calls the parent times; with fresh values, each on a set of its own written
+        when the window starts and its output kept, the digests computed before the answer: all
+        inside the parent's clock."""
+        from kernelloop.tools.profile.timing import back_to_back
+
+        fn = self._rounds().fns[CANDIDATE]
+        if self.pool is None or self.kept is None:
+            back_to_back(fn, len(self.timing_sets), int(request["calls"]))
+            return {}
+        if self.window is None:
+            raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
+        calls, window, kept, model = int(request["calls"]), self.window, self.kept, self.model
+        window.prepare(self.pool.request(int(request["seed"]), calls))  # inside the clock (fresh_values.Window)
+        kept.reset()
+        back_to_back(lambda call: model(*window.inputs(call)), calls, calls,
+                     after=lambda output: kept.keep(flatten_outputs(output)))
+        return {"digests": kept.digests()}
+
+    def pick(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The kept outputs of the calls the parent picked, as raw bytes, to picked.sets."""
+        if self.kept is None:
+            raise RuntimeError("asked for kept outputs before timing with fresh values was set up")
+        picked = [[self.kept.raw(int(index))] for index in request["calls"]]
+        save_sets(Path(self.job["job_dir"]) / "picked.sets", picked)
+        return {"picked": len(picked)}
 
     def profile(self) -> dict[str, Any]:
         from kernelloop.tools.profile import profiler

@@ -15,8 +15,13 @@ plain data (its tolerance), and then answers the parent on its channel:
             calls run on the device beside the candidate's trials; nothing is timed then
   timing    eager, torch.compile and the problem's own baselines, set up on the last inputs made
             (built here unless warm_up built them)
-  block     rounds of those baselines, timed with events (GPU)
-  back      back-to-back calls of eager, which the parent times with its own clock
+  block     rounds of those baselines, timed with events (GPU), each call on fresh values
+            (fresh_values.py) drawn from the request's seed, as the candidate's are
+  back      back-to-back calls of eager, which the parent times with its own clock, each with the
+            per-call work a candidate's call has in its child (fresh values in, the output kept,
+            the digests); or ("overhead") that work alone, which the parent takes off both
+  regen     the reference's outputs on the values of timed calls the parent picked to check, made
+            again from their request's seed
   close     the end
 The candidate's process never holds reference outputs, baseline timings or anything else the
 verdict is decided from (docs/architecture.md, "The verifier and its trust boundary").
@@ -45,6 +50,8 @@ from kernelloop.tools.verify._runtime import (
     to_device,
 )
 from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs, tolerance_for
+from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, pool_indices, warm_fresh_values
+from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.tensor_files import save_sets
 
 
@@ -132,30 +139,64 @@ class ReferenceJob:
         self._timing: Any = None  # the baselines' Rounds, once set up
         self.sets: list[list] = []
         self.last_sets: list[list] = []  # the input sets of the last `make`: the ones a candidate is timed on
+        # Fresh values (fresh_values.py): the trial sets they are drawn from, the baselines' input
+        # buffers they are written into, this block's values; `like`: the reference's outputs of
+        # the first trial set (shapes and dtypes of what the candidate's child keeps).
+        self.pool: Pool | None = None
+        self.buffers: list = []
+        self.fresh: FreshRequest | None = None
+        self.fresh_timing = False  # opt-in: set by a "timing" request that asks for it
+        self.like: list = []
+        self.kept: Kept | None = None
+        self.window: Window | None = None  # the back-to-back windows' input sets, one per call
 
-    def inputs_for(self, seeds: list[int], variants: bool) -> list[list]:
-        """One input set per seed; with `variants`, the problem's extra shapes go before the last."""
+    def inputs_for(self, seeds: list[int], variants: bool) -> tuple[list[list], list[int]]:
+        """One input set per seed; with `variants`, the problem's extra shapes go before the last.
+        Also where the seeds' own sets are among them."""
         sets = [make_inputs(self.problem, seed, self.device) for seed in seeds]
-        if variants:
-            extra = []
-            if hasattr(self.problem, "get_input_variants"):
-                seed_all(seeds[0])
-                extra = [list(v) for v in self.problem.get_input_variants()]
-            # Scaled copies of the first set, where the problem says such inputs are valid too.
-            extra += [[v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in sets[0]]
-                      for scale in getattr(self.problem, "INPUT_SCALES", ())]
-            sets = sets[:-1] + extra + sets[-1:]
-        return sets
+        if not variants:
+            return sets, list(range(len(sets)))
+        extra = []
+        if hasattr(self.problem, "get_input_variants"):
+            seed_all(seeds[0])
+            extra = [list(v) for v in self.problem.get_input_variants()]
+        # Scaled copies of the first set, where the problem says such inputs are valid too.
+        extra += [[v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in sets[0]]
+                  for scale in getattr(self.problem, "INPUT_SCALES", ())]
+        made = sets[:-1] + extra + sets[-1:]
+        return made, list(range(len(sets) - 1)) + [len(made) - 1]
+
+    def _pool_for(self, sets: list[list], seeded: list[int], donor_seeds: list[int]) -> tuple[list[int], list[list]]:
+        """The positions of the sets fresh values are drawn from (the seeds' own sets of the first
+        one's shapes), and donor sets made from `donor_seeds` where fewer than two are: inputs only,
+        never run as trials (a problem with a huge output gets one trial set)."""
+        pool = pool_indices(sets, seeded)
+        donors: list[list] = []
+        for seed in donor_seeds:
+            if len(pool) + len(donors) >= 2:
+                break
+            donor = make_inputs(self.problem, seed, self.device)
+            if pool_indices([sets[pool[0]], donor], [0, 1]) == [0, 1]:
+                donors.append(donor)
+        return pool + list(range(len(sets), len(sets) + len(donors))), donors
 
     def make(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("variants"):
             # A new verification: the last one's timed sets are never timed again; free their
             # device memory before this one's are made (set by set, so the baselines' list keeps
             # its length and nothing recompiles).
-            self.last_sets = []
+            self.last_sets, self.pool, self.buffers, self.fresh, self.kept, self.window = [], None, [], None, None, None
+            self.like = []
             for index in range(len(self.sets)):
                 self.sets[index] = []
-        sets = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
+        sets, seeded = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
+        extra: dict[str, Any] = {"init_inputs": self.init_inputs}
+        if request.get("variants") and request.get("fresh"):  # fresh timing (opt-in): the sets its values come from
+            pool, donors = self._pool_for(sets, seeded, [int(s) for s in request.get("donor_seeds") or []])
+            self.pool = Pool([to_device((sets + donors)[i], self.device) for i in pool])
+            extra.update(pool=pool, donors=len(donors))
+        else:
+            donors = []
         outputs = []
         rng = _rng_state(self.device)  # the state set 0's forward runs with (dropout), for the float64 rerun
         # at the declared precision (TF32 off); the baselines, timed later, run with PyTorch's defaults
@@ -173,7 +214,9 @@ class ReferenceJob:
                 # so a multi-GB output never has a whole second copy on the host.
                 outputs.append([o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)])
         self.last_sets = sets
-        save_sets(request["inputs_path"], sets, {"init_inputs": self.init_inputs})
+        if request.get("variants") and request.get("fresh"):
+            self.like = outputs[0]
+        save_sets(request["inputs_path"], sets + donors, extra)
         save_sets(request["outputs_path"], outputs)
         with torch.no_grad():
             round_off = roundoff_errors(self.double_model, to_device(sets[0], self.device), outputs[0], self.tolerance, rng)
@@ -206,27 +249,53 @@ class ReferenceJob:
     def build_baselines(self, skip: list[str]) -> None:
         """The baselines' callables on the last sets made, torch.compile'd (their first calls) unless
         `skip` names them. Once per problem: each verification puts its own input sets into the
-        same list, which the callables read, so nothing recompiles."""
+        same list, which the callables read, so nothing recompiles. With fresh values (the default)
+        every timed call reads the first of them, `buffers`, refilled before it; the others are
+        there so the list keeps its length whichever way a verification times."""
         from kernelloop.tools.profile.measure import AUTOTUNE, COMPILE, baseline_callables, roofline_of
-        from kernelloop.tools.profile.timing import cuda_rounds
+        from kernelloop.tools.profile.timing import rounds_on
 
         fresh_sets = [to_device(inputs, self.device) for inputs in self.last_sets]
+        if self.fresh_timing and self.pool is not None:
+            self.buffers = self.pool.buffers()
+            fresh_sets[0] = self.buffers
         if self._timing is None or len(fresh_sets) != len(self.sets):
             self.sets = fresh_sets
             # Compile baselines timed before and kept by the parent (trusted_cache.py) are not compiled here.
             with_compile = not {COMPILE, AUTOTUNE} & set(skip)
             fns, self.compile_s, self.eager = baseline_callables(self.problem, self.device, self.sets, INIT_SEED,
                                                                  self.full_baselines, with_compile=with_compile)
-            self._timing = cuda_rounds(fns, len(self.sets))
-            self.roofline = roofline_of(self.eager, self.sets)
+            self._timing = rounds_on(self.device, fns, len(self.sets))
+            on_gpu = self.device.startswith("cuda")
+            self.roofline = roofline_of(self.eager, self.sets) if on_gpu else {}
         else:
             self.sets[:] = fresh_sets
+        self._timing.n_input_sets = 1 if self.fresh_timing else len(self.sets)
+        # Without fresh timing (the default) nothing runs between timed calls, as before it.
+        self._timing.prepare = self._prepare if self.fresh_timing else None
+
+    def _prepare(self, name: str, step: int) -> None:
+        """Fresh values into the baselines' buffers before each timed call (none without fresh timing)."""
+        if self.fresh is not None:
+            self.fresh.fill(self.buffers, step * len(self._timing.names) + self._timing.names.index(name))
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.fresh_timing = bool(request.get("fresh", False))
         self.build_baselines(list(request.get("skip") or ()))  # compiles nothing where warm_up built them
+        if self.fresh_timing and self.pool is not None:
+            self.kept = Kept(self._specs(), int(request.get("keep_calls") or 1), self.device)
+            self.window = Window(self.pool, self.kept.calls, self.buffers)
+            warm_fresh_values(self.pool, self.kept, self.device, self.window)
         hold_ms = self._timing.warm()
+        on_gpu = self.device.startswith("cuda")
         return {"names": list(self._timing.fns), "compile_s": self.compile_s, "hold_ms": hold_ms,
-                "roofline": self.roofline, "device_name": torch.cuda.get_device_name()}
+                "roofline": self.roofline, "device_name": torch.cuda.get_device_name() if on_gpu else None,
+                "fresh_values": self.pool is not None and self.pool.fresh,
+                # how many calls a back-to-back window can give a set of their own (the parent sizes it)
+                "window_sets": self.window.fit if self.window is not None else 0}
+
+    def _specs(self) -> list:
+        return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in self.like if isinstance(t, torch.Tensor)]
 
     def warm_up(self, request: dict[str, Any]) -> dict[str, Any]:
         import importlib
@@ -246,13 +315,50 @@ class ReferenceJob:
         return answer
 
     def block(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"samples_ms": self._timing.block(int(request["rounds"]))}
+        rounds = int(request["rounds"])
+        if self.fresh_timing and self.pool is not None:
+            self.fresh = self.pool.request(int(request["seed"]), rounds * len(self._timing.names))
+        return {"samples_ms": self._timing.block(rounds)}
 
     def back_to_back(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Back-to-back calls the parent times: eager's, or with `name` "overhead" none at all. With
+        fresh values, each call does what a candidate's call does in its child besides the forward,
+        the same code on the same shapes: the window's sets written when it starts, one per call,
+        a copy of each output kept after it, the digests at the end; the parent takes the
+        "overhead" run (that work alone) off eager's time and the candidate's alike."""
         from kernelloop.tools.profile.timing import back_to_back
 
-        back_to_back(self._timing.fns[request.get("name", "eager")], len(self.sets), int(request["calls"]))
-        return {}
+        name = request.get("name", "eager")
+        if not self.fresh_timing:
+            back_to_back(self._timing.fns[name], len(self.sets), int(request["calls"]))
+            return {}
+        if self.pool is None or self.window is None or self.kept is None:
+            raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
+        calls, window, kept, like = int(request["calls"]), self.window, self.kept, self.like
+        fn = self._eager_on if name != "overhead" else (lambda inputs: like)
+        window.prepare(self.pool.request(int(request["seed"]), calls))
+        kept.reset()
+        back_to_back(lambda call: fn(window.inputs(call)), calls, calls,
+                     after=lambda output: kept.keep(flatten_outputs(output)))
+        return {"digests": len(kept.digests())}
+
+    def _eager_on(self, inputs: list) -> Any:
+        """The eager baseline on `inputs`, as its timed callable runs it (measure._caller)."""
+        return self.eager(*inputs)
+
+    def regen(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The reference's outputs on the values of calls `indices` of a request of `calls` calls made
+        from `seed` (timed calls of the candidate the parent picked to check), to `outputs_path`."""
+        if self.pool is None:
+            raise RuntimeError("asked to remake timed values before any trial sets were made")
+        fresh = self.pool.request(int(request["seed"]), int(request["calls"]))
+        outputs = []
+        for index in request["indices"]:
+            out = self.model(*fresh.values(int(index)))
+            synchronize(self.device)
+            outputs.append([o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)])
+        save_sets(request["outputs_path"], outputs)
+        return {"sets": len(outputs)}
 
 
 def _nbytes(values: list) -> int:
@@ -265,7 +371,7 @@ def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     except ProblemError as exc:  # not a problem at all (missing Model, a bad TOLERANCE): the parent says so as it is
         return {"status": "not_a_problem", "reason": str(exc)}
     handlers = {"make": reference.make, "timing": reference.setup_timing, "block": reference.block,
-                "back": reference.back_to_back, "warm_up": reference.warm_up}
+                "back": reference.back_to_back, "warm_up": reference.warm_up, "regen": reference.regen}
     channel.send({"ready": {**reference.sizes(), "meta": reference.meta}})
     while True:
         request = channel.receive()

@@ -122,28 +122,47 @@ class ReferenceServer:
         stderr = outcome.stderr_tail.strip().splitlines()
         return f"exited with code {outcome.exit_code}" + (f": {one_line(stderr[-1], 500)}" if stderr else "")
 
-    def make(self, seeds: list[int], variants: bool) -> Made:
-        """Inputs for `seeds` and the reference's outputs on them, the outputs in this process only."""
+    def make(self, seeds: list[int], variants: bool, fresh: bool = False, donor_seeds: list[int] | None = None) -> Made:
+        """Inputs for `seeds` and the reference's outputs on them, the outputs in this process only.
+        `fresh`: this verification times on fresh values (opt-in): the trusted job keeps the sets
+        they are drawn from, and `donor_seeds` are for a new verification (`variants`), sets made
+        only for fresh values to be drawn from, where the seeds' own sets of one shape are fewer
+        than two (fresh_values.py). Without it the request is as it was before fresh timing."""
         # Names nobody can guess: in plain mode a candidate could otherwise plant something there.
         tag = secrets.token_hex(8)
         inputs_path = self.job_dir / f"inputs-{tag}.sets"
         outputs_path = self.job_dir / f"outputs-{tag}.sets"
-        answer = self.ask("make", {"seeds": seeds, "variants": variants, "inputs_path": str(inputs_path),
-                                   "outputs_path": str(outputs_path)})
-        # Written by the trusted job, but in a dir a plain-mode candidate could reach: opened the
-        # same careful way, read into this process, and gone before any candidate runs.
-        try:
-            size = outputs_path.stat().st_size
-            with open_bounded(outputs_path, size) as handle:
-                outputs, _ = load_sets(handle, size, self.outputs_device)  # where the parent compares
-        except (OSError, TensorFileError) as exc:
-            raise ProblemError(f"{self.problem.path}: the reference's outputs could not be read: {exc}") from None
-        finally:
-            outputs_path.unlink(missing_ok=True)
+        request = {"seeds": seeds, "variants": variants, "inputs_path": str(inputs_path),
+                   "outputs_path": str(outputs_path)}
+        if fresh:
+            request.update(fresh=True, donor_seeds=list(donor_seeds or []))
+        answer = self.ask("make", request)
+        outputs = self._outputs(outputs_path)
         self.ops = list(answer.get("ops") or self.ops)
         self.warnings = list(answer.get("warnings") or [])
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
         return Made(inputs_path, outputs, self.ops, self.warnings, round_off)
+
+    def regen(self, seed: int, calls: int, indices: list[int]) -> list[list]:
+        """The reference's outputs on the values of calls `indices` of a timed request of `calls`
+        calls whose fresh values came from `seed`, made again in the trusted job, in this process only."""
+        outputs_path = self.job_dir / f"regen-{secrets.token_hex(8)}.sets"
+        self.ask("regen", {"seed": seed, "calls": calls, "indices": indices, "outputs_path": str(outputs_path)})
+        return self._outputs(outputs_path)
+
+    def _outputs(self, path: Path) -> list[list]:
+        """Output sets the trusted job wrote to `path`, read onto the compare device; the file is gone after."""
+        # Written by the trusted job, but in a dir a plain-mode candidate could reach: opened the
+        # same careful way, read into this process, and gone before any candidate runs.
+        try:
+            size = path.stat().st_size
+            with open_bounded(path, size) as handle:
+                outputs, _ = load_sets(handle, size, self.outputs_device)  # where the parent compares
+        except (OSError, TensorFileError) as exc:
+            raise ProblemError(f"{self.problem.path}: the reference's outputs could not be read: {exc}") from None
+        finally:
+            path.unlink(missing_ok=True)
+        return outputs
 
     def timed(self, kind: str, request: dict) -> tuple[dict, float]:
         """Ask, and return the answer with the parent's own clock (ms) around it."""

@@ -11,6 +11,8 @@ from the parent's clock. Rules (each becomes `rejected` with its reason):
   * faster than the output floor (writing the output once at datasheet bandwidth) -> impossible;
     under the reference's roofline only -> flagged `less_work_than_reference`, not rejected;
   * more device time claimed in a block than the parent's clock saw pass -> "timing contradicted".
+Under the reference's roofline, the speedups are taken only over the rounds whose candidate
+output the parent checked (timed_checks.py), where there are any.
 Event times the parent's clock does not bear out (back to back, a call takes much longer than the
 events claim: host-bound, or a forged timer) give way to the parent clock's speedup, with a
 warning. Speedups above SUSPICIOUS_SPEEDUP and throttled GPUs are marked, not rejected.
@@ -67,6 +69,7 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     measurement = Measurement.model_validate(measured)
     samples = measurement.samples_ms
     stats = summarize_all(samples, measurement.host_ms_per_call)
+    stats[CANDIDATE].overhead_ms_per_call = measurement.fresh_overhead_ms_per_call
     candidate = samples[CANDIDATE]
     speedups = {name: timing.speedup_from_rounds(values, candidate)
                 for name, values in samples.items() if name not in (CANDIDATE, AGAIN)}
@@ -105,6 +108,20 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
                                   f"{roof['floor_ms']:.4f} ms the reference's {roof.get('flops', 0):.3g} FLOPs and "
                                   f"{roof.get('bytes', 0):.3g} bytes need on {roof.get('peaks', 'this GPU')}; judged on "
                                   "extra input sets (structured/adversarial values)")
+    checked = sorted({r for r in measurement.checked_rounds if 0 <= r < len(candidate)})
+    if judgement.less_work_than_reference and checked:
+        # Doing less work than the reference can be honest (structure) or a skip: its speed stands
+        # only on calls whose values were fresh and whose outputs the parent checked one by one.
+        judgement.speedups = speedups = {
+            name: timing.speedup_from_rounds([values[r] for r in checked], [candidate[r] for r in checked])
+            for name, values in samples.items() if name not in (CANDIDATE, AGAIN)}
+        judgement.speedup = speedup = speedups.get(EAGER)
+        judgement.win = timing.is_win(speedup, noise) if speedup else None
+        judgement.warnings.append(f"under the reference's roofline: its speed counts only the {len(checked)} timed "
+                                  "calls whose outputs were checked")
+    if measurement.fresh_values is False:
+        judgement.warnings.append("no floating input to draw fresh values for: its timed calls reran values it had "
+                                  "seen (integer inputs are kept as the problem made them)")
     claimed_blocks, parent_blocks = measurement.claimed_block_ms, measurement.parent_block_ms
     impossible = [(c, w) for c, w in zip(claimed_blocks, parent_blocks) if c > w]
     if impossible and not judgement.rejection:

@@ -6,6 +6,8 @@ What comes from where:
   candidate, candidate_again                event times the candidate's process reports: claims
   host_ms_per_call (candidate, eager)       this process's clock around K back-to-back calls in
                                             each child, ended by a device-wide synchronize there
+                                            (the candidate's less the same per-call work without
+                                            it, timed the same way in the trusted job)
   parent_block_ms                           this process's clock around each timed block
   kernels, kernel_split, launches           the candidate's own profile: claims
   roofline, device_name                     the trusted job
@@ -13,23 +15,39 @@ What comes from where:
 speed.judge_speed turns these into the verdict's speed: the candidate's event times count only
 where this process's clock bears them out.
 
-Known gap, said where it is documented (docs/architecture.md): a candidate that detects the
-timing loop and skips work there (computing only the outputs it is later asked for) lowers
-both its event times and its back-to-back time; the rotating input sets it is timed on can be
-recognised. Outputs of timed calls are not checked one by one.
+Two ways, chosen per verification. Without fresh timing (the default, `checks` None), exactly
+as before fresh values existed (`_drive_plain`): the trial sets in turn, nothing run between
+timed calls, the back-to-back check one window each way; a candidate that recognises those sets
+can memoise (the gap docs/architecture.md states). With it (opt-in, `Verifier(fresh_timing=True)`,
+until benchmarks/fresh_values.py has measured it on a GPU; `_drive_fresh`), no input repeats:
+every timed call, the baselines' and the candidate's, runs on fresh values drawn from a secret
+seed sent with its request (fresh_values.py), so a memo (by address,
+`_version` or content) never meets values it has seen; outputs of the candidate's timed calls
+picked at random after each request are checked against the reference on the same values
+(timed_checks.py). Back to back, each call of a window has an input set of its own, all written
+when the window's request arrives (inside this process's clock: written earlier, every answer
+could be computed untimed) and none refilled between calls (fresh_values.Window); eager's window
+and the candidate's each come with that work (the sets written, the outputs kept, the digests),
+and the same work alone, timed the same way in the trusted job, is taken off both. Known gap, said where it is documented
+(docs/architecture.md): where a loop is bound by the device and that work alone by the host, up to
+the work's host time per call is taken off too much.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from dataclasses import dataclass
 
 from kernelloop.results import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
 from kernelloop.tools.profile.stopwatch import Stopwatch
+from kernelloop.tools.verify.kept_outputs import capacity
 from kernelloop.tools.verify.reference_server import ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
+from kernelloop.tools.verify.timed_checks import BACK_PICKS, BLOCK_PICKS, SCRUTINY_ROUNDS, TimedChecks, TimedFailure
 
 FIRST_BLOCK_ROUNDS = 10
 MAX_BLOCK_ROUNDS = 200
@@ -37,14 +55,25 @@ MIN_ROUNDS, MIN_CANDIDATE_MS, MAX_ROUNDS = 50, 100.0, 1000
 MAX_TIMED_S = 20.0  # wall-clock cap on the blocks, both processes together
 BACK_TO_BACK_MS = 50.0  # about this much eager work per back-to-back check, in K calls
 MIN_CALLS, MAX_CALLS = 5, 2000
+MAX_WINDOWS = 4  # back-to-back windows where one is cut short by the memory its sets and kept outputs take
+MIN_HOST_MS = 1e-4  # a back-to-back time per call, less its fresh values' overhead, is never taken below this
 
 
-def _ask(session: JobSession, kind: str, request: dict) -> tuple[dict | None, float]:
-    """One request to the candidate's child and its answer, with this process's clock (ms) around it."""
+@dataclass
+class Rehearsed:
+    """The timing protocol run on the CPU (host clocks, tests only): how many timed calls were
+    checked; nothing timed reaches the verdict."""
+
+    checked: int
+
+
+def _ask(session: JobSession, kind: str, request: dict, timed: bool = False) -> tuple[dict | None, float]:
+    """One request to the candidate's child and its answer, with this process's clock (ms) around it
+    (`timed`, fresh timing only: the session's own checks kept out of it, JobSession.receive's `timed`)."""
     started = time.perf_counter()
     if not session.send({kind: request}):
         return None, 0.0
-    message = session.receive()
+    message = session.receive(timed=timed)
     elapsed_ms = (time.perf_counter() - started) * 1000.0
     answer = message.get(kind) if message else None
     return (answer if isinstance(answer, dict) else None), elapsed_ms
@@ -71,13 +100,29 @@ def _samples(answer: dict | None, names: list[str]) -> dict[str, list[float]] | 
 
 
 def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None = None,
-                 laps: Stopwatch | None = None, timed: dict | None = None) -> SpeedJudgement | str:
+                 laps: Stopwatch | None = None, timed: dict | None = None, checks: TimedChecks | None = None,
+                 rehearse: bool = False) -> SpeedJudgement | TimedFailure | Rehearsed | str:
     """Time the candidate against its baselines on the sets the trusted job made last; a string
-    when the candidate's child broke off or answered nonsense (the caller turns that into a
-    verdict). `cuda_index`: this process's index of the GPU being timed, for NVML (None: unknown).
-    `skip`: torch.compile baselines not to compile (their times come from a cached record; the
-    trusted job builds them anyway if it already has). `laps`: the verification's Stopwatch to mark "baselines",
-    "timing" and "profile" on; `timed` gets the baselines timed ("timed") and their compile times."""
+    when the candidate's child broke off or answered nonsense, a TimedFailure when a timed call
+    failed its check (the caller turns either into a verdict). `cuda_index`: this process's index
+    of the GPU being timed, for NVML (None: unknown). `skip`: torch.compile baselines not to
+    compile (their times come from a cached record; the trusted job builds them anyway if it
+    already has). `laps`: the verification's Stopwatch to mark "baselines", "timing" and "profile"
+    on; `timed` gets the baselines timed ("timed") and their compile times. `checks`: fresh timing
+    (opt-in): fresh values for every timed call and checks of calls picked at random; None (the
+    default) times exactly as before them. `rehearse` (fresh timing only): the CPU, for tests: the
+    same conversation on host clocks, no profile and no speed."""
+    if checks is None:
+        if rehearse:
+            raise ValueError("a timing rehearsal runs fresh timing: it needs checks")
+        return _drive_plain(session, server, cuda_index, skip, laps, timed)
+    return _drive_fresh(session, server, cuda_index, skip, laps, timed, checks, rehearse)
+
+
+def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None,
+                 laps: Stopwatch | None, timed: dict | None) -> SpeedJudgement | str:
+    """Timing without fresh values: the trial sets in turn, as before fresh timing existed (the same
+    requests to both children, in the same order, and the same measurement)."""
     baseline_setup = server.ask("timing", {"skip": list(skip or [])})
     if timed is not None:
         timed.update(timed=[str(n) for n in baseline_setup.get("names") or []], compile_s=baseline_setup.get("compile_s") or {})
@@ -141,6 +186,146 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
         launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
+
+
+def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None,
+                 laps: Stopwatch | None, timed: dict | None, checks: TimedChecks,
+                 rehearse: bool) -> SpeedJudgement | TimedFailure | Rehearsed | str:
+    """Timing with fresh values and checks of timed calls (opt-in)."""
+    keep_calls = capacity(checks.nbytes)
+    # Both set up at once: the child's (its buffers, and on a GPU the digest kernel's compile) while
+    # the trusted job builds and warms the baselines.
+    asked = session.send({"time": {"fresh": True, "keep_calls": keep_calls}})
+    baseline_setup = server.ask("timing", {"skip": list(skip or []), "fresh": True, "keep_calls": keep_calls})
+    if timed is not None:
+        timed.update(timed=[str(n) for n in baseline_setup.get("names") or []], compile_s=baseline_setup.get("compile_s") or {})
+    if laps is not None:
+        laps.lap("baselines")
+    message = session.receive() if asked else None
+    if not message or not isinstance(message.get("time"), dict):
+        return "the candidate's process stopped answering when timing began"
+    names = [str(n) for n in baseline_setup["names"]]
+    candidate_names = ["candidate", "candidate_again"]
+    samples: dict[str, list[float]] = {name: [] for name in names + candidate_names}
+    parent_block_ms: list[float] = []
+    claimed_block_ms: list[float] = []
+    checked_rounds: list[int] = []
+    block_probability = TimedChecks.block_probability(keep_calls, MAX_ROUNDS)
+
+    def run_block(rounds: int, check_all: bool = False) -> TimedFailure | str | None:
+        """One block of rounds in both processes, its samples kept; its candidate calls checked
+        (some, with a probability, or all)."""
+        seed = TimedChecks.seed()
+        baseline_block = server.ask("block", {"rounds": rounds, "seed": TimedChecks.seed()})
+        answer, wall_ms = _ask(session, "block", {"rounds": rounds, "seed": seed}, timed=True)
+        claimed = _samples(answer, candidate_names)
+        trusted = _samples(baseline_block, names)
+        if claimed is None or trusted is None or any(len(v) != rounds for v in (*claimed.values(), *trusted.values())):
+            return "the candidate's process answered a timing block with something other than its samples"
+        done = len(samples["candidate"])
+        for name, values in {**claimed, **trusted}.items():
+            samples[name] += values
+        parent_block_ms.append(wall_ms)
+        claimed_block_ms.append(sum(claimed["candidate"]) + sum(claimed["candidate_again"]))
+        digests = TimedChecks.digests(answer, rounds)
+        if digests is None:
+            return "the candidate's process answered a timing block without a digest of each timed output"
+        if not check_all and not TimedChecks.chosen(block_probability):
+            return None
+        picked = list(range(rounds)) if check_all else TimedChecks.pick(rounds, BLOCK_PICKS)
+        # the candidate's call of round r is call 2r of the request (the rounds' calls numbered candidate first)
+        failed = checks.check(seed, 2 * rounds, [(r, 2 * r) for r in picked], digests)
+        checked_rounds.extend(done + r for r in picked)
+        return failed
+
+    started = time.perf_counter()
+    with gpu.measure_around(_nvml_index(cuda_index)) as state:
+        rounds = FIRST_BLOCK_ROUNDS
+        while True:
+            failed = run_block(max(1, min(rounds, keep_calls or rounds)))
+            if failed is not None:
+                return failed
+            done = len(samples["candidate"])
+            total = sum(samples["candidate"])
+            if (done >= MIN_ROUNDS and (total >= MIN_CANDIDATE_MS or done >= MAX_ROUNDS)) or \
+                    time.perf_counter() - started > MAX_TIMED_S:
+                break
+            per_round = max(total / done, 1e-3)
+            wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - total) / per_round))
+            rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
+        # Under the reference's roofline: its speed counts only from calls checked one by one.
+        floor_ms = (baseline_setup.get("roofline") or {}).get("floor_ms")
+        if floor_ms and statistics.median(samples["candidate"]) < floor_ms:
+            failed = run_block(min(SCRUTINY_ROUNDS, keep_calls), check_all=True)
+            if failed is not None:
+                return failed
+        # K calls of about BACK_TO_BACK_MS each way, sized by eager's time and by what a candidate
+        # call cost on this process's clock in the blocks (flush and hold included: an upper bound),
+        # so a candidate slow on the host is not called thousands of times.
+        eager_ms = sorted(samples["eager"])[len(samples["eager"]) // 2]
+        wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
+        wanted = max(MIN_CALLS, min(MAX_CALLS, math.ceil(BACK_TO_BACK_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
+        # Each call of a window on a set of its own (no refill between calls) where the sets
+        # fit in the window's memory; past that, as few calls as the check needs. Where that
+        # cuts the window short (large outputs: kept copies bound it too), up to MAX_WINDOWS
+        # windows, and each per-call time is the median over them: one window's stray
+        # milliseconds (a collection, a scheduler) can't make a device-bound kernel host-bound.
+        calls = max(1, min(wanted, keep_calls, max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)))
+        windows = max(1, min(MAX_WINDOWS, math.ceil(wanted / calls)))
+        walls: dict[str, list[float]] = {"eager": [], "overhead": [], "candidate": []}
+        for _ in range(windows):
+            walls["eager"].append(_trusted_window(server, "eager", calls))
+            # the per-call work besides the forward, alone: taken off eager's and the candidate's
+            walls["overhead"].append(_trusted_window(server, "overhead", calls))
+            seed = TimedChecks.seed()
+            answer, candidate_wall_ms = _ask(session, "back", {"calls": calls, "seed": seed}, timed=True)
+            if answer is None:
+                return "the candidate's process stopped answering during the back-to-back check"
+            walls["candidate"].append(candidate_wall_ms)
+            digests = TimedChecks.digests(answer, calls)
+            if digests is None:
+                return "the candidate's process answered the back-to-back check without a digest of each output"
+            picks = TimedChecks.pick(calls, BACK_PICKS if windows == 1 else 1)  # every window checked
+            failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
+            if failed is not None:
+                return failed
+        overhead_wall_ms = statistics.median(walls["overhead"])
+        candidate_host_ms, eager_host_ms = (per_call_ms(walls[name], walls["overhead"], calls) for name in ("candidate", "eager"))
+    if laps is not None:
+        laps.lap("timing")
+    if rehearse:
+        return Rehearsed(checked=checks.checked)
+    profile, _ = _ask(session, "profile", {})
+    if laps is not None:
+        laps.lap("profile")
+    claimed_profile = profile if isinstance(profile, dict) else {}
+    kernels, split = claimed_profile.get("kernels"), claimed_profile.get("kernel_split")
+    launches = claimed_profile.get("launches")
+    return judge_speed(Measurement(
+        samples_ms=samples,
+        host_ms_per_call={"candidate": candidate_host_ms, "eager": eager_host_ms},
+        back_to_back_calls=calls * windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
+        fresh_overhead_ms_per_call=overhead_wall_ms / calls,
+        checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")),
+        compile_s=baseline_setup.get("compile_s") or {},
+        kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
+        kernel_split=split if isinstance(split, dict) else {},
+        launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
+        roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
+        phase_s={"timing": time.perf_counter() - started}))
+
+
+def per_call_ms(walls_ms: list[float], overheads_ms: list[float], calls: int) -> float:
+    """Per call, the median over windows of a window's wall time less its overhead run's, never below
+    MIN_HOST_MS (a window less its overhead is what its forwards took, read with this process's clock)."""
+    return max(MIN_HOST_MS, statistics.median(w - o for w, o in zip(walls_ms, overheads_ms, strict=True)) / calls)
+
+
+def _trusted_window(server: ReferenceServer, name: str, calls: int) -> float:
+    """This process's clock (ms) around one back-to-back window in the trusted job: eager's calls,
+    or ("overhead") the per-call work alone, each with its window's values (fresh_values.Window)."""
+    _, wall_ms = server.timed("back", {"name": name, "calls": calls, "seed": TimedChecks.seed()})
+    return wall_ms
 
 
 def _nvml_index(cuda_index: int | None) -> int:

@@ -22,6 +22,8 @@ from kernelloop.tools.verify.localise import describe, irregular, localise
 from kernelloop.tools.verify.output_watch import FLOOD_BYTES
 from kernelloop.tools.verify.speed import SpeedJudgement
 from kernelloop.tools.verify.static_check import first_broken_rule
+from kernelloop.tools.verify.timed_checks import TimedFailure
+from kernelloop.tools.verify.timing_driver import Rehearsed
 
 
 class VerdictBase(TypedDict, total=False):
@@ -125,10 +127,21 @@ def localised(comparisons: list[Comparison], outputs: list[list], refs: list[lis
     return located
 
 
+def timed_failure(failed: TimedFailure, trials: int, tolerance: dict, device: torch.device,
+                  base: VerdictBase) -> Verdict:
+    """A timed call that failed its check (fresh timing): wrong (where it is wrong, as for any wrong
+    output), or rejected (its kept output contradicts its digest, or can't be read)."""
+    if failed.code is not Code.wrong_on_timed_call or failed.comparison is None:
+        return rejected(failed.code, failed.reason[:300], **base)
+    located = localised([failed.comparison], [failed.outputs], [failed.refs], 0, tolerance, device)
+    return incorrect(failed.comparison, failed.reason, failed.code, trials + 1, located, base)
+
+
 def correct(trials: int, worst_abs: float, worst_rel: float, comparisons: list[Comparison],
-            round_off: dict[int, float], judged: SpeedJudgement | None, base: VerdictBase) -> Verdict:
-    """Right on every set: its warnings (library ops, a degenerate reference, the CPU) and, where it
-    was timed, its speed."""
+            round_off: dict[int, float], judged: SpeedJudgement | Rehearsed | None, base: VerdictBase,
+            timed_checked: int = 0) -> Verdict:
+    """Right on every set (and on `timed_checked` timed calls picked at random, with fresh timing):
+    its warnings (library ops, a degenerate reference, the CPU) and, where it was timed, its speed."""
     verdict = Verdict(status=Status.correct, reason=f"correct on {trials} input sets", code=Code.correct,
                       trials=trials, max_abs_err=worst_abs, rel_err=worst_rel, **base)
     library_ops = base.get("library_ops") or []
@@ -139,9 +152,13 @@ def correct(trials: int, worst_abs: float, worst_rel: float, comparisons: list[C
         verdict.warnings.append(degenerate_note(verdict.degenerate_outputs, round_off))
     if verdict.device == "cpu":
         verdict.warnings.append("CPU (Triton interpreter): correctness only, no speed measured")
-    verdict.feedback = (f"Correct on {trials} input sets "
+    if isinstance(judged, Rehearsed):
+        verdict.warnings.append(f"CPU: the timing protocol ran on host clocks ({judged.checked} timed calls on "
+                                "fresh values checked); nothing it timed is a speed")
+    timed_calls = f" and {timed_checked} timed calls picked at random" if timed_checked else ""
+    verdict.feedback = (f"Correct on {trials} input sets{timed_calls} "
                         f"(max_abs_err={verdict.max_abs_err:.3g}, rel_err={verdict.rel_err:.3g}).")
-    if judged is not None:
+    if isinstance(judged, SpeedJudgement):
         verdict = with_speed(verdict, judged)
         if verdict.degenerate_outputs and verdict.win:
             verdict.win = False  # as fast as it likes: zeros would be as right

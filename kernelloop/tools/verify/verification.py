@@ -4,7 +4,9 @@ costs, its reference sets, its baseline-cache lookup; the Verifier it serves kee
 across verifications (the workers, the trusted job, caches, config).
 
 The conversation: trials (saved by the child, compared here), the rules on what the child says it
-ran, timing (outputs right first), then fresh values in buffers the candidate already knows.
+ran, timing (outputs right first; with the Verifier's opt-in `fresh_timing`, every timed call on
+fresh values and outputs of timed calls picked at random checked here: timed_checks.py), then
+fresh values in buffers the candidate already knows.
 Everything the child reports is a claim; what decides the verdict is computed or observed here.
 """
 
@@ -24,7 +26,7 @@ from kernelloop.sandbox import redact
 from kernelloop.sandbox.runner import JobOutcome, JobSession, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.stopwatch import Stopwatch
-from kernelloop.tools.verify import budget, interpreter_order, reruns, verdicts
+from kernelloop.tools.verify import budget, interpreter_order, reruns, trusted_cache, verdicts
 from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_names, claimed_seconds
 from kernelloop.tools.verify.compare import Comparison, compare_outputs
 from kernelloop.tools.verify.kept_baselines import KeptBaselines, with_cached_baselines
@@ -32,7 +34,8 @@ from kernelloop.tools.verify.output_watch import OutputWatch
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement
 from kernelloop.tools.verify.tensor_files import load_sets
-from kernelloop.tools.verify.timing_driver import drive_timing
+from kernelloop.tools.verify.timed_checks import TimedChecks, TimedFailure
+from kernelloop.tools.verify.timing_driver import Rehearsed, drive_timing
 from kernelloop.tools.verify.verdicts import VerdictBase
 
 if TYPE_CHECKING:  # the Verifier makes this; only its type is named here
@@ -86,6 +89,10 @@ class Verification:
         self.parent_costs: dict[str, float] = {}
         self.overlapped: dict[str, float] = {}  # costs beside the critical path (not in fixed_s)
         self.kept = KeptBaselines()  # the baseline-cache lookup (key, record, what to store)
+        # Fresh timing (opt-in, Verifier.fresh_timing), decided once per verification; its checks of
+        # timed calls once timing begins.
+        self.fresh = verifier.times_fresh()
+        self.checks: TimedChecks | None = None
 
     def run(self) -> Verdict:
         verifier, problem, clock = self.verifier, self.problem, self.clock
@@ -97,7 +104,12 @@ class Verification:
         verifier.reference_zygote(problem).wait_ready()
         clock.lap("workers")
         server = verifier.server(problem)
-        made = server.make(secret_seeds(verifier.trial_count(server)), variants=True)
+        trials = verifier.trial_count(server)
+        if self.fresh:  # donor sets for fresh values to be drawn from, where a problem gets one trial set
+            made = server.make(secret_seeds(trials), variants=True, fresh=True,
+                               donor_seeds=secret_seeds(verifier.donor_count(server, trials)))
+        else:
+            made = server.make(secret_seeds(trials), variants=True)
         clock.lap("reference")
         self.parent_costs = {"reference_s": clock.elapsed(), "timing_s": 0.0}
         verifier.zygote.wait_ready()
@@ -226,39 +238,53 @@ class Verification:
             return rejected(Code.decoy_kernel, verdicts.DECOY_REASON, **base)
         compare_s = self.clock.lap("compare")
 
-        judged = self._timed(session, server)
+        judged = self._timed(session, server, refs[0], tolerance)
         if isinstance(judged, str):  # the child broke off while being timed
             return None
+        if isinstance(judged, TimedFailure):
+            return verdicts.timed_failure(judged, len(outputs), tolerance, self.compare_on, base)
         # A kernel faster than the reference's own work could be is judged on more sets (it may
         # exploit structure honestly, or skip work that the trial values happened not to need).
-        extra = SCRUTINY_SETS if judged is not None and judged.less_work_than_reference else 0
+        extra = SCRUTINY_SETS if isinstance(judged, SpeedJudgement) and judged.less_work_than_reference else 0
         self.clock.lap("timing")
         fresh_made = self._fresh(session, server, made, comparisons, extra, base)
         if not isinstance(fresh_made, Made):  # wrong there, or the child broke off (None)
             return fresh_made
         worst_abs = max(c.max_abs_err for c in comparisons)
         worst_rel = max(c.rel_err for c in comparisons)
+        checks = self.checks
+        if checks is not None:
+            worst_abs, worst_rel = max(worst_abs, checks.worst_abs), max(worst_rel, checks.worst_rel)
         base["cost_s"] = {"compare_s": compare_s, **claimed_seconds(trials.get("overhead"))}
         return verdicts.correct(len(comparisons), worst_abs, worst_rel, comparisons,
-                                {**made.round_off, **fresh_made.round_off}, judged, base)
+                                {**made.round_off, **fresh_made.round_off}, judged, base,
+                                timed_checked=checks.checked if checks is not None else 0)
 
-    def _timed(self, session: JobSession, server: ReferenceServer) -> SpeedJudgement | str | None:
-        """The speed judgement (GPU, timing on), a string where the child broke off, else None."""
+    def _timed(self, session: JobSession, server: ReferenceServer, ref: list,
+               tolerance: dict) -> SpeedJudgement | TimedFailure | Rehearsed | str | None:
+        """The speed judgement (GPU, timing on), a TimedFailure where a timed call failed its check
+        (fresh timing), a Rehearsed (the CPU's rehearsal), a string where the child broke off, else None."""
+        verifier = self.verifier
         clock = Stopwatch()
-        judged: SpeedJudgement | str | None = None
-        if self.verifier.time_it:
+        judged: SpeedJudgement | TimedFailure | Rehearsed | str | None = None
+        rehearse = verifier.rehearse and self.fresh
+        if self.fresh:
+            self.checks = TimedChecks(session, server, ref, tolerance, self.compare_on)
+        if verifier.time_it or rehearse:
             session.advance("timing")
             warm = server.answer("warm_up") or {}
+            # no torch.compile on the CPU: its rehearsal's baselines need none
+            skip = list(trusted_cache.CACHED_NAMES) if rehearse else self.kept.skip
             # NVML reads this worker's GPU: the one this process compares on, where it has one
             cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
-            judged = drive_timing(session, server, cuda_index, skip=self.kept.skip, laps=self.clock,
-                                  timed=self.kept.timed)
+            judged = drive_timing(session, server, cuda_index, skip=skip, laps=self.clock,
+                                  timed=self.kept.timed, checks=self.checks, rehearse=rehearse)
             for name in ("import_s", "build_s"):  # in the trusted job, beside the candidate: not in fixed_s
                 if isinstance(warm.get(name), (int, float)):
                     self.overlapped[f"baselines_{name}"] = float(warm[name])
             if self.kept.record is not None and isinstance(judged, SpeedJudgement):
                 judged = with_cached_baselines(judged, self.kept.record)
-        self.parent_costs["timing_s"] = clock.elapsed() if self.verifier.time_it else 0.0
+        self.parent_costs["timing_s"] = clock.elapsed() if judged is not None else 0.0
         return judged
 
     def _fresh(self, session: JobSession, server: ReferenceServer, made: Made, comparisons: list[Comparison],

@@ -5,8 +5,10 @@ rule). Then, for every verification, fresh secret seeds: the trusted reference j
 sandbox worker, no candidate code) makes the inputs and the reference's outputs on them, and
 only the inputs reach the candidate's child. The parent drives that child over a channel it owns:
 trials, a compare here, timing only for outputs that were right (the baselines timed in the
-trusted job, the candidate's own event times checked against this process's clock), then one
-more call on fresh values written into buffers the candidate already knows, compared here too.
+trusted job, the candidate's own event times checked against this process's clock; with
+`fresh_timing`, every timed call on fresh values and outputs of timed calls picked at random
+checked here), then one more call on fresh values written into buffers the candidate already
+knows, compared here too.
 Everything the candidate's process reports (its kernels, ops, launches, event times, input
 checks) is a claim; what decides a verdict is what this process computed or observed.
 
@@ -84,10 +86,19 @@ class Verifier:
                  run_timeout_s: float = defaults.RUN_TIMEOUT_S,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
-                 gpu_compare: bool = True, lane: int = 0):
+                 gpu_compare: bool = True, lane: int = 0, fresh_timing: bool = False, rehearse_timing: bool = False):
         self.device = resolve_device(device)
         self.strict = strict
         self.time_it = time_it and self.device == "cuda"
+        # Opt-in until measured on a GPU (benchmarks/fresh_values.py decides the default): every
+        # timed call on fresh values, outputs of calls picked at random checked (fresh_values.py,
+        # timed_checks.py). Off, the timing is exactly as it was before them.
+        self.fresh_timing = fresh_timing
+        if rehearse_timing and not fresh_timing:
+            raise ValueError("rehearse_timing runs the fresh-values timing on the CPU: it needs fresh_timing=True")
+        # The CPU, for tests: the timing phase's conversation (fresh values, kept outputs, checks of
+        # calls picked at random) on host clocks; no speed comes of it.
+        self.rehearse = rehearse_timing and self.device == "cpu"
         self.compile_timeout_s = compile_timeout_s
         self.run_timeout_s = run_timeout_s
         self.trials = trials
@@ -220,10 +231,29 @@ class Verifier:
         host_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         budget_bytes = int(min(device_total or host_total, host_total) * budget.DEVICE_SHARE / 2)
         trials = budget.trial_sets_for(output_bytes, self.trials, budget_bytes, input_bytes)
-        too_big = budget.check_fits(output_bytes, trials + budget.FRESH_SETS, device_total, host_total, input_bytes)
+        too_big = budget.check_fits(output_bytes, trials + budget.FRESH_SETS, device_total, host_total, input_bytes,
+                                    fresh=self.times_fresh())
         if too_big:
             raise ProblemError(f"{server.problem.path}: {too_big}")
         return trials
+
+    def times_fresh(self) -> bool:
+        """Whether this verification's timing runs on fresh values (fresh_timing on, and timing at all:
+        a GPU with time_it, or the CPU's rehearsal). Read per verification: benchmarks toggle it."""
+        return self.fresh_timing and (self.time_it or self.rehearse)
+
+    def donor_count(self, server: ReferenceServer, trials: int) -> int:
+        """Input sets made only for fresh values to be drawn from (fresh_values.py): one where a
+        problem gets a single trial set and one more set of its inputs still fits, else none (and
+        none without fresh timing)."""
+        if trials >= 2 or not self.times_fresh():
+            return 0
+        device_total = torch.cuda.get_device_properties(self.compare_on).total_memory \
+            if self.compare_on.type == "cuda" else None
+        host_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        fits = budget.check_fits(server.output_bytes or 0, trials + budget.FRESH_SETS, device_total, host_total,
+                                 server.input_bytes or 0, donor_sets=1, fresh=True) is None
+        return 1 if fits else 0
 
     # -- candidate --------------------------------------------------------------------------
     def verify(self, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
