@@ -62,6 +62,7 @@ declare -A ROOM=(
   [test_problem_is_code]=problem [test_source_ast]=problem [test_import_cycles]=problem
   [test_build_stage]=verify [test_verify_imports]=verify [test_written]=verify [test_held_files]=sandbox
   [test_redteam2_sandbox_user]=sandbox [test_stopwatch]=profile [test_causes]=agents
+  [test_fresh_timing_opt_in]=verify [test_fresh_values]=verify
 )
 # tests/graph keeps the graph's tests; these two test the agents
 declare -A GRAPH_ROOM=([test_agents]=agents [test_extract]=agents)
