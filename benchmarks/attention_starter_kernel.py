@@ -7,7 +7,7 @@ examples/attention_candidates/<name>.py are these files, written by
 
 A candidate runs in the sandbox as one self-contained file (it may import torch and triton, not
 this repository), so each file carries the whole kernel; the common part is the same text in
-every file and only the hooks differ (tests/unit/test_attention_starters.py holds them to that).
+every file and only the hooks differ (tests/evals/test_attention_starters.py holds them to that).
 
 The kernel, written for the H100 (Hopper):
 - one program per (BLOCK_M queries, batch x head), queries in the log2 domain (scale * log2(e)
@@ -45,7 +45,7 @@ EXAMPLES = ROOT / "examples" / "attention_candidates"
 # process's interleaved rounds) where its fastest config beat the default by SWEEP_GAIN or more:
 # 64 x 64 on 4 warps (136-202 registers, no spills) for the masks that skip blocks, whose finer
 # query blocks skip more; 128 x 64 on 4 warps for the learned bias, faster although it spills
-# 160 bytes. tests/unit/test_attention_starters.py holds CONFIGS to that file.
+# 160 bytes. tests/evals/test_attention_starters.py holds CONFIGS to that file.
 DEFAULT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 SWEEP_GAIN = 1.03
 _SMALL = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Code
+from kernelloop.records import Code
 from kernelloop.tools.verify.verifier import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]

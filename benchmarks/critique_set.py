@@ -103,7 +103,7 @@ def found_and_missed(fault: Fault, text: str) -> tuple[list[str], list[str]]:
 
 
 def _localisation(verdict_dump: dict):
-    from kernelloop.results import Verdict
+    from kernelloop.records import Verdict
 
     return Verdict.model_validate(verdict_dump).localisation
 
@@ -197,9 +197,9 @@ def record(out: Path, with_ncu: bool, parts: tuple[str, ...] = ("faults", "examp
 
 def critique_text(verdict_dump: dict, name: str) -> str:
     """The critique of one verdict as the coder (and the model critic) sees it."""
-    from kernelloop.agents.coder import Attempt
     from kernelloop.agents.critic import critique_round
-    from kernelloop.results import Verdict
+    from kernelloop.agents.records import Attempt
+    from kernelloop.records import Verdict
 
     attempt = Attempt(id="r1c0", round=1, index=0, backend="triton", code=name,
                       verdict=Verdict.model_validate(verdict_dump))

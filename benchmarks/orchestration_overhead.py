@@ -22,8 +22,8 @@ from pathlib import Path
 
 from kernelloop.agents.turns import Message, ModelTurn
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Status, Verdict
-from kernelloop.runs import solve
+from kernelloop.records import Status, Verdict
+from kernelloop.serve.runs import solve
 
 PROBLEM = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "problems" / "relu.py"
 KERNEL = ("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n@triton.jit\n"

@@ -3,7 +3,7 @@
 Public API, imported on first use so `import kernelloop` stays light (no torch, no LangGraph):
 - `verify(candidate, problem)` -> Verdict (needs only torch, triton, nvidia-ml-py),
 - `solve(problem)` -> SolveResult; `resume`, `replay` and `fork` a run's thread
-  (all four live in kernelloop.runs),
+  (all four live in kernelloop.serve.runs),
 - `build_graph()` (the agent loop, compiled without a checkpointer so a parent graph's applies
   when it is embedded as a subgraph),
 - `make_pool(device, ray)` -> VerifierPool (one verifier per GPU, or Ray actors),
@@ -15,26 +15,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelloop import defaults
+from kernelloop.config import defaults
 
 if TYPE_CHECKING:
     from kernelloop.problem import Candidate, Problem
-    from kernelloop.results import Verdict
+    from kernelloop.records import Verdict
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "solve": ("kernelloop.runs", "solve"),
-    "resume": ("kernelloop.runs", "resume"),
-    "replay": ("kernelloop.runs", "replay"),
-    "fork": ("kernelloop.runs", "fork"),
-    "SolveResult": ("kernelloop.runs", "SolveResult"),
+    "solve": ("kernelloop.serve.runs", "solve"),
+    "resume": ("kernelloop.serve.runs", "resume"),
+    "replay": ("kernelloop.serve.runs", "replay"),
+    "fork": ("kernelloop.serve.runs", "fork"),
+    "SolveResult": ("kernelloop.serve.runs", "SolveResult"),
     "build_graph": ("kernelloop.graph.build", "build_graph"),
     "make_pool": ("kernelloop.tools.verify.pool", "make_pool"),
-    "kernelloop_tools": ("kernelloop.langchain_tools", "kernelloop_tools"),
+    "kernelloop_tools": ("kernelloop.serve.langchain", "kernelloop_tools"),
     "Problem": ("kernelloop.problem", "Problem"),
     "Candidate": ("kernelloop.problem", "Candidate"),
-    "Verdict": ("kernelloop.results", "Verdict"),
+    "Verdict": ("kernelloop.records", "Verdict"),
 }
 __all__ = ["verify", *_LAZY, "__version__"]
 
@@ -74,14 +74,14 @@ def _verify_settings(device: str | None, workspace: str | Path | None,
                      timeout_s: float | None) -> tuple[str, Path, tuple[float, float]]:
     """The device, workspace and job limits verify() runs with: from the one Settings where
     pydantic-settings is installed; on a bare GPU node (torch, triton, nvidia-ml-py alone) from the
-    arguments, KERNELLOOP_DEVICE / KERNELLOOP_HOME and kernelloop.defaults."""
+    arguments, KERNELLOOP_DEVICE / KERNELLOOP_HOME and kernelloop.config.defaults."""
     try:
-        from kernelloop.settings import load_settings
+        from kernelloop.config.settings import load_settings
     except ImportError:
         import os
 
-        from kernelloop.units import Device
-        from kernelloop.workspace import workspace_dir
+        from kernelloop.config.units import Device
+        from kernelloop.config.workspace import workspace_dir
 
         limit = (timeout_s or defaults.COMPILE_TIMEOUT_S, timeout_s or defaults.RUN_TIMEOUT_S)
         return Device.parse(device or os.environ.get("KERNELLOOP_DEVICE") or defaults.DEVICE), \

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal
 from kernelloop.errors import error_line
 
 if TYPE_CHECKING:
-    from kernelloop.settings import Settings
+    from kernelloop.config.settings import Settings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 ENDPOINT_TIMEOUT_S = 5.0
@@ -224,7 +224,7 @@ def _has_cuda() -> bool:
 def check_settings(settings: Settings, **flags) -> Check:
     """Each setting's value and where it came from (flag, env, .env, kernelloop.toml, default). A bad
     setting never reaches here: `kernelloop doctor` refuses it first, in one line with exit 2."""
-    from kernelloop.settings import origins
+    from kernelloop.config.settings import origins
 
     values = settings.model_dump()
     where = origins(**flags)
@@ -233,7 +233,7 @@ def check_settings(settings: Settings, **flags) -> Check:
 
 
 def shown_value(name: str, value) -> str:
-    from kernelloop.units import format_duration, format_target
+    from kernelloop.config.units import format_duration, format_target
 
     if name == "api_key":
         return "set" if value.get_secret_value() != "not-needed" else "unset"
@@ -245,7 +245,7 @@ def shown_value(name: str, value) -> str:
 
 
 def check_endpoint(base_url: str | None = None, model: str | None = None, api_key: str | None = None) -> Check:
-    from kernelloop.config import ConfigError, EndpointConfig
+    from kernelloop.config.endpoint import ConfigError, EndpointConfig
 
     try:
         config = EndpointConfig.resolve(base_url, model, api_key)
@@ -296,7 +296,7 @@ def check_workspace(space: Path) -> Check:
 def run_checks(settings: Settings | None = None, **flags) -> list[Check]:
     """Every check, in the order a person would fix them. settings: the entry point's (None: made here from
     `flags`, the same way; a bad setting raises ConfigError)."""
-    from kernelloop.settings import load_settings
+    from kernelloop.config.settings import load_settings
 
     chosen = settings if settings is not None else load_settings(**flags)
     key = chosen.api_key.get_secret_value()

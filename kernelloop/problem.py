@@ -26,10 +26,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernelloop import defaults, source_ast
+from kernelloop import source_ast
+from kernelloop.config import defaults
 from kernelloop.errors import ProblemError, error_line
 from kernelloop.problem_meta import OPTIONAL, check_module, check_source, checked_tolerance
-from kernelloop.results import Code
+from kernelloop.records import Code
 from kernelloop.source_file import SourceFileError, read_source_bytes
 
 _KB_NAME = re.compile(r"^(\d+)_(.+)\.py$")

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from kernelloop import defaults
+from kernelloop.config import defaults
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISLNK, "a symlink"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from kernelloop import defaults
+from kernelloop.config import defaults
 from kernelloop.problem import Candidate, read_source, sha256_text
 
 ATTENTION_PROBLEMS = Path(__file__).resolve().parent / "evals" / "problems" / "attention"

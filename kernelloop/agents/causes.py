@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernelloop.results import Localisation
+from kernelloop.records import Localisation
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,17 @@ words (one more call per round).
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, Field
-
 from kernelloop.agents.calls import ask
-from kernelloop.agents.coder import Attempt
 from kernelloop.agents.critic_facts import profile_lines, wrong_output_fixes
 from kernelloop.agents.planner import ReferenceFacts
 from kernelloop.agents.prompts import render
+from kernelloop.agents.records import (
+    Attempt,
+    Critique,  # noqa: F401  (re-exported)
+)
 from kernelloop.agents.turns import ChatClient, KeyedChatClient, Message, ModelTurn, ReplayExhausted, turn_key
 from kernelloop.errors import error_line
-from kernelloop.results import Code, Status, Verdict
+from kernelloop.records import Code, Status, Verdict
 
 _REJECTED_FIX = {
     Code.forbidden_import: "import only torch, triton, math, numpy, typing and functools",
@@ -41,27 +40,6 @@ _REJECTED_FIX = {
 }
 
 
-class Critique(BaseModel):
-    """The review of one round: facts, then what to do."""
-
-    round: int
-    findings: list[str] = Field(default_factory=list, description="what happened, one line per attempt")
-    per_attempt: dict[str, list[str]] = Field(default_factory=dict, description="fixes for each attempt's lineage")
-    next_steps: list[str] = Field(default_factory=list, description="what every coder should do next")
-    bound: str | None = Field(default=None, description="'memory' or 'compute' when known")
-    advice: str = Field(default="", description="the model's next steps, when the critic used the model")
-    origin: Literal["rules", "model"] = "rules"
-    model_error: str | None = None
-    turn_file: str | None = None
-    turn_sha256: str | None = None
-
-    def for_coder(self, attempt_id: str | None) -> str:
-        """The critique as one coder should read it: its own fixes first."""
-        lines = [f"- {step}" for step in self.per_attempt.get(attempt_id or "", [])]
-        lines += [f"- {step}" for step in self.next_steps]
-        if self.advice:
-            lines.append(self.advice.strip())
-        return "\n".join(lines)
 
 
 def _first_error_line(verdict: Verdict) -> str:

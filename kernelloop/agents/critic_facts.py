@@ -1,13 +1,13 @@
 """The critic's reading of the verifier's typed facts: where a wrong output is wrong
 (results.Localisation) and where a correct kernel's time goes (results.Profile), each turned into
 lines that name a fix. Pure functions of those records; nothing here reads a dict key by name,
-so a fact the verifier does not produce cannot be read (tests/unit/test_critic_schema.py).
+so a fact the verifier does not produce cannot be read (tests/agents/test_critic_schema.py).
 """
 
 from __future__ import annotations
 
 from kernelloop.agents.causes import offered
-from kernelloop.results import Localisation, NcuFacts, Profile, Verdict
+from kernelloop.records import Localisation, NcuFacts, Profile, Verdict
 from kernelloop.tools.verify.localise import describe
 
 LOW_BANDWIDTH_PCT = 40.0  # a memory-bound kernel below this share of the datasheet bandwidth has room

@@ -31,7 +31,7 @@ from langchain_core.rate_limiters import InMemoryRateLimiter
 from langchain_openai import ChatOpenAI
 
 from kernelloop.agents.turns import Message, ModelTurn, current_listener
-from kernelloop.config import EndpointConfig
+from kernelloop.config.endpoint import EndpointConfig
 
 log = logging.getLogger(__name__)
 

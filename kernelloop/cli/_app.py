@@ -11,7 +11,7 @@ class _App(typer.Typer):
     """A bad setting found deep in a command (a ConfigError) is still one line and exit 2, never a traceback."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from kernelloop.settings import ConfigError  # lazy: --help needs no pydantic-settings
+        from kernelloop.config.settings import ConfigError  # lazy: --help needs no pydantic-settings
 
         try:
             return super().__call__(*args, **kwargs)

@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from kernelloop import defaults
+from kernelloop.config import defaults
+from kernelloop.config.units import format_duration, format_target, parse_duration_s, parse_target
 from kernelloop.safe_text import REASON_CHARS, one_line
-from kernelloop.units import format_duration, format_target, parse_duration_s, parse_target
 
 if TYPE_CHECKING:
+    from kernelloop.config.settings import Settings
     from kernelloop.problem import Candidate, Problem
-    from kernelloop.settings import Settings
 
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, however narrow the terminal
 DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # writes the disk refused
@@ -63,7 +63,7 @@ def fail_usage(message: str) -> NoReturn:
 
 def settings(**flags) -> Settings:
     """Flags (None: not given) over env, .env and kernelloop.toml; a bad setting is a usage error."""
-    from kernelloop.settings import ConfigError, load_settings
+    from kernelloop.config.settings import ConfigError, load_settings
 
     try:
         return load_settings(**flags)

@@ -38,12 +38,12 @@ from kernelloop.cli._common import (
 )
 
 if TYPE_CHECKING:  # torch and the suites load only once the flags are good, never for --help
-    from kernelloop.config import EndpointConfig
+    from kernelloop.config.endpoint import EndpointConfig
     from kernelloop.evals.records import BenchSummary
     from kernelloop.evals.suite import Listed, SolveFn, Suite
     from kernelloop.graph.usage import Prices, Usage
     from kernelloop.problem import Problem
-    from kernelloop.results import Verdict
+    from kernelloop.records import Verdict
     from kernelloop.tools.verify.pool import VerifierPool
 
 console = Console()
@@ -98,7 +98,7 @@ class _SolveOutcome:
 
 def _solved_attempts(run_dir: Path, verified_at: dict[str, float], spent_s: float) -> list[_SolvedAttempt]:
     """Every verified attempt of a finished run, read from its result.json (written on any ending)."""
-    from kernelloop.agents.coder import Attempt
+    from kernelloop.agents.records import Attempt
 
     result = run_dir / "result.json"
     records = json.loads(result.read_text()).get("attempt_list", []) if result.is_file() else []
@@ -113,7 +113,7 @@ def _agent_solve_fn(endpoint: EndpointConfig, workspace: Path | None, verifier: 
     """The agent loop as a SolveFn: kernelloop.solve on one problem, verifying through the bench's pool."""
 
     def solve_problem(problem: Problem, budget_s: float, device: str) -> _SolveOutcome:
-        from kernelloop.runs import solve  # the agent loop loads only for agent mode
+        from kernelloop.serve.runs import solve  # the agent loop loads only for agent mode
 
         started = time.perf_counter()
         verified_at: dict[str, float] = {}
@@ -222,7 +222,7 @@ def bench(
         fail_usage(f"--workers-per-gpu {workers_per_gpu} needs --no-timing: a timed candidate has its GPU alone")
     if workers_per_gpu > 1 and ray is not None:
         fail_usage("--workers-per-gpu is for local GPUs; --ray has one actor per GPU")
-    from kernelloop.units import parse_duration_s
+    from kernelloop.config.units import parse_duration_s
 
     try:
         stop_after_s = parse_duration_s(stop_after) if stop_after is not None else None
@@ -236,7 +236,7 @@ def bench(
     except ValueError as exc:  # pydantic's ValidationError too (a negative price)
         fail_usage(f"--prices: {str(exc).splitlines()[0]}")
     chosen_settings = settings(budget=budget, device=device, home=workspace)
-    from kernelloop.config import EndpointConfig
+    from kernelloop.config.endpoint import EndpointConfig
     from kernelloop.evals.records import Mode
     from kernelloop.evals.suite import (
         BenchStopped,

@@ -19,7 +19,7 @@ from kernelloop.cli._app import app
 from kernelloop.cli._common import WORKSPACE_HELP, settings
 
 if TYPE_CHECKING:
-    from kernelloop.settings import Settings
+    from kernelloop.config.settings import Settings
 
 console = Console(soft_wrap=True)
 MARK = {"ok": "[green]ok[/green]", "warn": "[yellow]warn[/yellow]", "fail": "[bold red]FAIL[/bold red]",
@@ -54,8 +54,8 @@ def doctor(
 
 def _print_settings(chosen: Settings, **flags) -> None:
     """Each setting, its value and where it came from: flag > env > .env > kernelloop.toml > default."""
+    from kernelloop.config.settings import origins
     from kernelloop.doctor import shown_value
-    from kernelloop.settings import origins
 
     values = chosen.model_dump()
     where = origins(**flags)

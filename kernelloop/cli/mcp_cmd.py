@@ -32,7 +32,7 @@ def mcp(
     """Serve kernelloop's tools over MCP; optimization runs are background jobs that never block a call."""
     device_flag(device)
     chosen = settings(device=device, home=workspace)
-    from kernelloop.mcp_server import serve  # lazy: the MCP SDK loads only for this command
+    from kernelloop.serve.mcp import serve  # lazy: the MCP SDK loads only for this command
 
     try:
         serve(transport.value, host=host, port=port, ray=ray, settings=chosen)

@@ -21,7 +21,7 @@ from kernelloop.cli._common import (
     settings,
 )
 from kernelloop.cli.verify_cmd import print_verdict, showing_phases
-from kernelloop.results import Profile
+from kernelloop.records import Profile
 
 console = Console()
 

@@ -28,7 +28,6 @@ from rich.syntax import Syntax
 from rich.table import Column, Table
 from rich.tree import Tree
 
-from kernelloop import defaults
 from kernelloop.cli._app import app
 from kernelloop.cli._common import (
     CHECKPOINTS_HELP,
@@ -43,6 +42,7 @@ from kernelloop.cli._common import (
 )
 from kernelloop.cli._live import STYLE, LiveView, ask_review
 from kernelloop.cli.solve_cmd import interrupted, print_result
+from kernelloop.config import defaults
 from kernelloop.safe_text import printable
 
 if TYPE_CHECKING:  # the graph loads only when a command runs, never for --help
@@ -78,7 +78,7 @@ def _open(checkpoints: str | None, space: Path):
 @contextmanager
 def _reading(checkpoints: str | None, space: Path):
     """(saver, build_graph) for the read-only commands; an unreadable database is one line, exit 2."""
-    from kernelloop.config import ConfigError
+    from kernelloop.config.endpoint import ConfigError
 
     opened, build_graph = _open(checkpoints, space)
     try:
@@ -287,7 +287,7 @@ def resume(thread: str, base_url: str | None = None, model: str | None = None, a
            recorded: bool = typer.Option(False, help=STRICT_HELP),
            workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Continue a thread from its last checkpoint: nothing done is redone, no attempt is verified twice."""
-    from kernelloop.runs import resume as resume_thread
+    from kernelloop.serve.runs import resume as resume_thread
 
     space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: resume_thread(
@@ -303,7 +303,7 @@ def replay(thread: str, checkpoint: str | None = typer.Option(None, help="checkp
            base_url: str | None = None, model: str | None = None, api_key: str | None = None,
            workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Re-execute a thread from a checkpoint (the steps after it run again; the ones before are kept)."""
-    from kernelloop.runs import replay as replay_thread
+    from kernelloop.serve.runs import replay as replay_thread
 
     space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: replay_thread(
@@ -324,7 +324,7 @@ def fork(thread: str, checkpoint: str = typer.Option(..., help="checkpoint id to
          base_url: str | None = None, api_key: str | None = None,
          workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Branch a thread at a checkpoint with changed state (hint, model, target, budget) and run the branch."""
-    from kernelloop.runs import fork as fork_thread
+    from kernelloop.serve.runs import fork as fork_thread
 
     changes: dict[str, object] = {key: value for key, value in {
         "model": model, "baseline": baseline, "budget_s": duration_flag(budget), "max_rounds": max_rounds,

@@ -18,7 +18,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kernelloop import defaults
 from kernelloop.cli._app import app
 from kernelloop.cli._common import (
     BUDGET_HELP,
@@ -40,6 +39,7 @@ from kernelloop.cli._common import (
     settings,
 )
 from kernelloop.cli._live import LiveView, ask_review
+from kernelloop.config import defaults
 
 if TYPE_CHECKING:
     from kernelloop.graph.report import RunSummary
@@ -142,7 +142,7 @@ def solve(
     with errors.status(f"kernelloop: loading {quoted(problem.name)} and the agent loop"):
         loaded = load_problem(problem, "PROBLEM")
         start_record = load_start(start, loaded.name)
-        from kernelloop import runs as solving  # lazy: the agent loop loads only once the flags are good
+        from kernelloop.serve import runs as solving  # lazy: the agent loop loads only once the flags are good
 
     space = chosen.workspace.root
     # the flags a printed `runs resume` / `runs show` needs to find this thread again (the endpoint is remembered)

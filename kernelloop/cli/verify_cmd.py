@@ -18,7 +18,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kernelloop import defaults
 from kernelloop.cli._app import app
 from kernelloop.cli._common import (
     DEVICE_HELP,
@@ -35,10 +34,11 @@ from kernelloop.cli._common import (
     settings,
 )
 from kernelloop.cli._program import finish
+from kernelloop.config import defaults
 from kernelloop.safe_text import TAIL_CHARS, clean
 
 if TYPE_CHECKING:
-    from kernelloop.results import Verdict
+    from kernelloop.records import Verdict
 
 console = Console(stderr=False)
 STATUS_STYLE = {"correct": "bold green", "incorrect": "bold red", "rejected": "bold magenta",
@@ -90,8 +90,8 @@ def prestart_workers(device: str, workspace: Path | None, time_it: bool) -> None
     """Start the verifier's sandbox workers before this process imports torch, so the three imports
     run at once (tools/verify/workers.py). `auto` is guessed without torch (NVML): where torch then
     decides otherwise, the verifier starts its own and the prestarted ones are closed unused."""
+    from kernelloop.config.workspace import workspace_dir
     from kernelloop.tools.verify import workers
-    from kernelloop.workspace import workspace_dir
 
     if device == "auto":
         from kernelloop.tools.profile.gpu import visible_gpu_count

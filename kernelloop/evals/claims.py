@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kernelloop.evals.records import EAGER, BenchRecord, ClaimCheck, Disagreement
-from kernelloop.results import Status
+from kernelloop.records import Status
 from kernelloop.safe_text import md_cell
 
 

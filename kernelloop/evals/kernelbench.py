@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernelloop.evals.records import Claim
 from kernelloop.problem import Problem, ProblemError, load_kernelbench
-from kernelloop.results import Status
+from kernelloop.records import Status
 
 EVAL_RESULTS = "eval_results.json"  # KernelBench's scripts/eval_from_generations.py writes it beside the samples
 

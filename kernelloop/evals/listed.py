@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from kernelloop.evals.records import COMPILE, EAGER, Claim
 from kernelloop.problem import Problem, ProblemError, parse_subset
-from kernelloop.results import Status
+from kernelloop.records import Status
 
 RAW_DATA = "docs/assets/raw_data.json"  # the leaderboard repository's files
 DATA = "docs/assets/data.json"

@@ -27,7 +27,7 @@ from kernelloop.evals.records import (
     RunEnvironment,
 )
 from kernelloop.graph.usage import Usage
-from kernelloop.results import Status
+from kernelloop.records import Status
 
 FAST_P_THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
 

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Problem, ProblemError
-from kernelloop.results import Code, Status, TimingStats, Verdict
+from kernelloop.records import Code, Status, TimingStats, Verdict
 from kernelloop.safe_text import utf8
 
 # Text from candidates and from the names of files in someone else's dir: a lone surrogate in it

@@ -58,7 +58,7 @@ from kernelloop.evals.records import (
 from kernelloop.evals.report import ReportFiles, write_report
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Candidate, Problem, ProblemError, load_dir, parse_subset
-from kernelloop.results import TimingStats, Verdict
+from kernelloop.records import TimingStats, Verdict
 from kernelloop.safe_text import one_line
 from kernelloop.source_file import SourceFileError, read_source_bytes
 from kernelloop.tools.verify.pool import PoolError, local_devices, split_device

@@ -21,7 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from kernelloop.config import ConfigError
+from kernelloop.config.endpoint import ConfigError
 from kernelloop.errors import error_line
 
 DB_NAME = "checkpoints.sqlite"

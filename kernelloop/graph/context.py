@@ -21,10 +21,10 @@ from pydantic.json_schema import SkipJsonSchema
 
 from kernelloop.agents.planner import ReferenceFacts
 from kernelloop.agents.turns import ChatModel
-from kernelloop.config import workspace_dir
+from kernelloop.config.endpoint import workspace_dir
+from kernelloop.config.settings import load_settings
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Verdict
-from kernelloop.settings import load_settings
+from kernelloop.records import Verdict
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
-from kernelloop.agents.coder import Attempt
+from kernelloop.agents.records import Attempt
 
 
 def step_row(snapshot) -> dict:

@@ -15,9 +15,10 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
-from kernelloop.agents.coder import Attempt, CoderBrief, write_candidate
-from kernelloop.agents.critic import Critique, advise, critique_round
+from kernelloop.agents.coder import CoderBrief, write_candidate
+from kernelloop.agents.critic import advise, critique_round
 from kernelloop.agents.planner import Plan, ReferenceFacts, make_plan, planner_messages
+from kernelloop.agents.records import Attempt, Critique
 from kernelloop.agents.turns import ModelListener, listening, turn_key
 from kernelloop.errors import error_line
 from kernelloop.graph.context import Context, RunEvent

@@ -10,7 +10,7 @@ import json
 
 from pydantic import BaseModel, Field
 
-from kernelloop.agents.coder import Attempt
+from kernelloop.agents.records import Attempt
 from kernelloop.graph.rundir import RunDir, write_atomic
 from kernelloop.graph.state import (
     StateLike,

@@ -11,7 +11,8 @@ from typing import Literal
 
 from langgraph.types import Send
 
-from kernelloop.agents.coder import Attempt, CoderBrief, PriorAttempt
+from kernelloop.agents.coder import CoderBrief, PriorAttempt
+from kernelloop.agents.records import Attempt
 from kernelloop.graph.state import (
     State,
     attempts_of,
@@ -22,7 +23,7 @@ from kernelloop.graph.state import (
     settings_of,
     start_of,
 )
-from kernelloop.results import Status
+from kernelloop.records import Status
 
 StopReason = Literal["target_met", "correct_unmeasured", "stopped_by_user", "budget_spent", "rounds_exhausted",
                      "model_unavailable"]

@@ -18,10 +18,10 @@ import json
 import os
 from pathlib import Path
 
-from kernelloop.agents.coder import Attempt
+from kernelloop.agents.records import Attempt
 from kernelloop.agents.turns import ModelTurn, RecordedTurn, messages_sha256
 from kernelloop.problem import Problem, sha256_text
-from kernelloop.results import Verdict
+from kernelloop.records import Verdict
 
 
 def write_atomic(path: Path, text: str) -> None:

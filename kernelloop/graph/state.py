@@ -17,12 +17,11 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import TypedDict
 
-from kernelloop import defaults
-from kernelloop.agents.coder import Attempt
-from kernelloop.agents.critic import Critique
 from kernelloop.agents.planner import Plan, ReferenceFacts
+from kernelloop.agents.records import Attempt, Critique
+from kernelloop.config import defaults
 from kernelloop.graph.usage import Prices, TurnUsage
-from kernelloop.results import Status, Verdict
+from kernelloop.records import Status, Verdict
 from kernelloop.starts import StartRecord
 
 CLEAR = {"clear": True}  # written to `drafts` by the verifier once a round's drafts are verified
@@ -56,7 +55,7 @@ class RunSettings(BaseModel):
     def from_input(cls, given: Mapping[str, Any] | RunSettings) -> RunSettings:
         """A run's settings as its input gives them, the rest from the Settings, the one way every entry
         point makes them (LangGraph Server and a parent graph give a partial dict)."""
-        from kernelloop.settings import load_settings  # lazy: pydantic-settings reads files
+        from kernelloop.config.settings import load_settings  # lazy: pydantic-settings reads files
 
         chosen = load_settings()
         known = {"backend": chosen.backend, "device": str(chosen.device), "target_speedup": chosen.target,

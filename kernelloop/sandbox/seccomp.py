@@ -3,7 +3,7 @@
 A classic-BPF program over `struct seccomp_data`, installed with prctl(PR_SET_SECCOMP) after
 no_new_privs. Built here rather than through libseccomp: the verifier must run where only torch,
 triton and nvidia-ml-py are installed (a bare GPU node has no libseccomp bindings), and a deny list
-over two architectures is a short, fixed program. tests/unit/test_seccomp.py checks the numbers
+over two architectures is a short, fixed program. tests/sandbox/test_containment.py checks the numbers
 against the kernel's headers where they are installed, and that each call is refused in a job.
 
 What it refuses (EPERM), and why a kernel needs none of it:

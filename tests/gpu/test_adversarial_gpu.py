@@ -1,7 +1,7 @@
 """The adversarial corpus on CUDA with timing on: side streams, timer patches and caching that
 only pays off in a timing loop must be caught where they would pay off.
 
-Same fixtures and headers as tests/unit/test_adversarial.py (see its docstring); here every
+Same fixtures and headers as tests/verify/test_adversarial.py (see its docstring); here every
 fixture runs, including `needs_timing: yes` ones, through one timed Verifier on the GPU. A cheat
 with an honest twin (`honest:`, the memo fixtures) that is judged correct must read no faster
 than that twin timed by the same verifier.
@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Status
+from kernelloop.records import Status
 
 
 def _load_corpus_helpers():
-    """The unit test module, loaded by path: tests/gpu is not a package, so `tests.unit` is not
+    """The unit test module, loaded by path: tests/gpu is not a package, so `tests.verify` is not
     importable when this file runs on its own."""
-    path = Path(__file__).resolve().parents[1] / "unit" / "test_adversarial.py"
+    path = Path(__file__).resolve().parents[1] / "verify" / "test_adversarial.py"
     spec = importlib.util.spec_from_file_location("adversarial_corpus", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Status
+from kernelloop.records import Status
 from kernelloop.tools.verify.pool import LocalPool, WorkerStats
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Code, Status
+from kernelloop.records import Code, Status
 from kernelloop.tools.verify import kept_outputs
 from kernelloop.tools.verify.fresh_values import Pool, Window
 from kernelloop.tools.verify.kept_outputs import Kept, digest_bytes
@@ -33,7 +33,7 @@ MEMOS = sorted((FIXTURES / "cheats").glob("memo_*.py"))
 
 
 def _load_corpus_helpers():
-    path = Path(__file__).resolve().parents[1] / "unit" / "test_adversarial.py"
+    path = Path(__file__).resolve().parents[1] / "verify" / "test_adversarial.py"
     spec = importlib.util.spec_from_file_location("adversarial_corpus_checks", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -1,4 +1,4 @@
-"""Test-only entry point: `kernelloop.runs.solve` with the scripted model and verifier of scripted.py.
+"""Test-only entry point: `kernelloop.serve.runs.solve` with the scripted model and verifier of scripted.py.
 
 Subprocess tests (SIGKILL, Ctrl-C) run this file, never a product command, so no test hook
 ships with kernelloop. Knobs, all read from the environment by this file only:
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernelloop.runs import resume, solve  # noqa: E402
+from kernelloop.serve.runs import resume, solve  # noqa: E402
 from tests.graph.scripted import RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier  # noqa: E402
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernelloop.agents.turns import Message, ModelTurn, RecordedTurn
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Code, Status, TimingStats, Verdict
+from kernelloop.records import Code, Status, TimingStats, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 RELU_PROBLEM = ROOT / "tests" / "fixtures" / "problems" / "relu.py"

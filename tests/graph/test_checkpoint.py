@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from kernelloop.config import ConfigError
+from kernelloop.config.endpoint import ConfigError
 from kernelloop.graph.checkpoint import open_checkpointer, sqlite_path, thread_ids
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from kernelloop.graph.rundir import read_recording
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Status, Verdict
-from kernelloop.runs import solve
+from kernelloop.records import Status, Verdict
+from kernelloop.serve.runs import solve
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "recorded_run"
 

@@ -7,7 +7,7 @@ from kernelloop.graph.build import build_graph
 from kernelloop.graph.context import Context
 from kernelloop.graph.state import RunSettings
 from kernelloop.problem import Problem
-from kernelloop.runs import solve
+from kernelloop.serve.runs import solve
 from tests.graph.scripted import RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier
 
 

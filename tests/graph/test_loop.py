@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from kernelloop.agents.turns import ModelTurn
-from kernelloop.runs import solve
+from kernelloop.serve.runs import solve
 from tests.graph.scripted import FIXED_KERNEL, RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier, default_script
 
 NO_FACTS = {"analyze": lambda problem: None}

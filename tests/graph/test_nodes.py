@@ -3,7 +3,7 @@
 import pytest
 from langgraph.runtime import ExecutionInfo, Runtime
 
-from kernelloop.agents.coder import Attempt
+from kernelloop.agents.records import Attempt
 from kernelloop.graph import nodes
 from kernelloop.graph.context import Context
 from kernelloop.graph.state import RunSettings

@@ -16,7 +16,7 @@ import pytest
 
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer, thread_ids
-from kernelloop.runs import solve
+from kernelloop.serve.runs import solve
 from tests.graph.postgres import binaries, postgres_server
 from tests.graph.scripted import RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier
 

@@ -5,7 +5,7 @@ import pytest
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer, thread_ids
 from kernelloop.graph.state import attempts_of
-from kernelloop.runs import SolveError, fork, replay, solve
+from kernelloop.serve.runs import SolveError, fork, replay, solve
 from tests.graph.scripted import RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier
 
 NO_FACTS = {"analyze": lambda problem: None}

@@ -3,12 +3,11 @@
 import pytest
 from langgraph.types import Send
 
-from kernelloop.agents.coder import Attempt
-from kernelloop.agents.critic import Critique
 from kernelloop.agents.planner import Plan
+from kernelloop.agents.records import Attempt, Critique
 from kernelloop.graph import routing
 from kernelloop.graph.state import RunSettings, rank_best
-from kernelloop.results import Status, TimingStats, Verdict
+from kernelloop.records import Status, TimingStats, Verdict
 
 TIMED = {"candidate": TimingStats(name="candidate", median_ms=1.0, iqr_ms=0.1, min_ms=0.9, mean_ms=1.0, samples=9)}
 

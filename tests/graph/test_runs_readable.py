@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from kernelloop.cli import app
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer
-from kernelloop.runs import fork, solve
+from kernelloop.serve.runs import fork, solve
 from tests.graph.scripted import RELU_PROBLEM, ScriptedChatClient, ScriptedVerifier
 
 cli = CliRunner()

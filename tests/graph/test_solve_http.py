@@ -11,7 +11,7 @@ from kernelloop.agents.turns import ReplayExhausted
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer
 from kernelloop.graph.rundir import RunDir
-from kernelloop.runs import replay, solve
+from kernelloop.serve.runs import replay, solve
 from tests.fakes.openai_server import ErrorReply, FakeOpenAIServer, Reply
 from tests.graph.scripted import FIXED_KERNEL, PLAN_REPLY, RELU_PROBLEM, WRONG_KERNEL, ScriptedVerifier, coder_reply
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from kernelloop.agents.coder import Attempt
-from kernelloop.agents.critic import Critique, critique_round
+from kernelloop.agents.critic import critique_round
 from kernelloop.agents.planner import Plan
+from kernelloop.agents.records import Attempt, Critique
 from kernelloop.graph import routing
 from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer
 from kernelloop.graph.state import RunSettings, rank_best
-from kernelloop.results import Status, Verdict
-from kernelloop.runs import RunCancelled, resume, solve
+from kernelloop.records import Status, Verdict
+from kernelloop.serve.runs import RunCancelled, resume, solve
 from kernelloop.starts import resolve_start
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 from tests.graph.scripted import (

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kernelloop.results import GpuState
+from kernelloop.records import GpuState
 
 # Clock event ("throttle") reason bits, as nvml.h defines them (stable across driver versions).
 THROTTLE_REASON_BITS: dict[int, str] = {

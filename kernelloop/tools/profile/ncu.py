@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kernelloop.results import NcuFacts, Record
+from kernelloop.records import NcuFacts, Record
 
 TOP_STALLS = 3  # stall reasons kept per kernel
 _BRIEF_FIELDS = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kernelloop.results import Profile
+from kernelloop.records import Profile
 from kernelloop.tools.profile.ncu import NcuReport, ncu_facts
 
 PROFILING_SHARE = 0.1

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kernelloop.results import HostDevice, KernelShare, LaunchFacts, Measurement, Profile, Record, RooflineFacts
+from kernelloop.records import HostDevice, KernelShare, LaunchFacts, Measurement, Profile, Record, RooflineFacts
 from kernelloop.tools.profile import roofline
 
 _US_PER_MS = 1000.0

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from kernelloop.results import Record
+from kernelloop.records import Record
 
 PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _FLOPS_PER_TFLOP_MS = 1e9  # 1 TFLOP/s = 1e12 FLOP per second = 1e9 FLOP per millisecond

@@ -34,7 +34,7 @@ from typing import Protocol
 
 import torch
 
-from kernelloop.results import TimingStats
+from kernelloop.records import TimingStats
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # 256 MiB: over the L2 of every current part (H100 50 MB, B200 126 MB)
 DEFAULT_WARMUP_MS = 200.0  # GPUs take on the order of 100 ms of load to climb from idle to boost clocks

@@ -34,7 +34,7 @@ from typing import Any
 
 from kernelloop.errors import error_line
 from kernelloop.problem import import_source
-from kernelloop.results import Code
+from kernelloop.records import Code
 
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 LIBRARY_SUFFIX = ".so"

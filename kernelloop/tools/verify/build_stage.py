@@ -41,7 +41,7 @@ import torch
 
 from kernelloop.errors import error_line
 from kernelloop.problem import Candidate
-from kernelloop.results import Code, Status, Verdict
+from kernelloop.records import Code, Status, Verdict
 from kernelloop.sandbox import redact
 from kernelloop.sandbox.runner import JobOutcome, SandboxError, Zygote, new_job_dir, remove_job_dir
 from kernelloop.tools.verify import workers

@@ -19,7 +19,7 @@ import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
 
 from kernelloop.errors import error_line
-from kernelloop.results import STATUS_OF, Code
+from kernelloop.records import STATUS_OF, Code
 from kernelloop.sandbox.channel import Channel
 from kernelloop.sandbox.runner import DEVICE_ENV, PER_JOB_CACHE_ENV, PRELOAD_NOW_ENV
 from kernelloop.tools.profile.stopwatch import Stopwatch

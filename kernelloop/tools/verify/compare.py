@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelloop.results import Code
+from kernelloop.records import Code
 
 # (atol, rtol, rel) per dtype. Elementwise bounds follow KernelBench's 1e-2 for low precision;
 # the relative-norm bound is what keeps them honest (tf32 matmuls land near 3e-4, bf16 near 4e-3).

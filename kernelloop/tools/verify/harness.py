@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from kernelloop.errors import error_line
 from kernelloop.problem import import_source
-from kernelloop.results import STATUS_OF, Code
+from kernelloop.records import STATUS_OF, Code
 from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch

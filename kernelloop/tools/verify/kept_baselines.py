@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from kernelloop.problem import ProblemError
-from kernelloop.results import TimingStats
+from kernelloop.records import TimingStats
 from kernelloop.tools.profile.timing import speedup_from_rounds
 from kernelloop.tools.verify import trusted_cache
 from kernelloop.tools.verify.reference_server import ReferenceServer

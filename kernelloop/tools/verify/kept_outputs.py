@@ -11,7 +11,7 @@ calls picked (after the pick, outside every clock) can't match the digest it sen
 
 The digest runs on the device: on a GPU one Triton kernel per level reads each word once (in the
 child and in the trusted job, which times that work alone: tools/verify/timing_driver.py), on the
-CPU plain torch integer ops, the kernel's reference; they agree bit for bit (tests/unit/
+CPU plain torch integer ops, the kernel's reference; they agree bit for bit (tests/verify/
 test_fresh_values.py runs the kernel under Triton's interpreter, tests/gpu/test_timed_checks_gpu.py
 on the device), so the parent's digest of a copy is the child's. A slot's bytes, as 32-bit words,
 are hashed in lanes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelloop.results import Element, Localisation
+from kernelloop.records import Element, Localisation
 
 CHUNK_ELEMENTS = 1 << 22
 COUNT_LIMIT = 1 << 22  # rows, columns or tiles beyond this are not counted one by one

@@ -36,13 +36,13 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from kernelloop.config.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem
-from kernelloop.results import Verdict
+from kernelloop.records import Verdict
 from kernelloop.sandbox.isolation import GPU_MEMORY_FRACTION_ENV, MODE_ENV, IsolationError, choose_mode
 from kernelloop.sandbox.runner import PRELOAD_ENV
 from kernelloop.tools.verify.build_stage import BuildStage, Built, cuda_arch_list, wants_build
 from kernelloop.tools.verify.verifier import Verifier, precheck, split_device
-from kernelloop.workspace import workspace_dir
 
 RAY_HINT = "install the optional extra: pip install 'kernelloop[ray]' (ray>=2.30,<3)"
 AFFINITY_PROBLEMS = 64  # problems remembered per worker when choosing one that has the reference cached

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from kernelloop.results import Localisation
+from kernelloop.records import Localisation
 from kernelloop.tools.verify.compare import tolerance_for
 from kernelloop.tools.verify.written import MAX_ELEMENTS, add_facts
 

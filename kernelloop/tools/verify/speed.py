@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelloop.results import Code, GpuState, Measurement, Profile, TimingStats
+from kernelloop.records import Code, GpuState, Measurement, Profile, TimingStats
 from kernelloop.tools.profile import profiler, timing
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE, EAGER
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 from kernelloop import source_ast
-from kernelloop.results import Code
+from kernelloop.records import Code
 from kernelloop.tools.verify.bindings import Bindings, Instances
 
 # Modules a kernel may import. Anything else (os, sys, subprocess, socket, ctypes, threading,

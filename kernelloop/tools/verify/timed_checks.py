@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelloop.results import Code
+from kernelloop.records import Code
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.sandbox.safe_io import UnsafeFileError
 from kernelloop.tools.verify.compare import Comparison, compare_outputs

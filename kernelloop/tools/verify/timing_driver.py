@@ -40,7 +40,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from kernelloop.results import Measurement
+from kernelloop.records import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
 from kernelloop.tools.profile.stopwatch import Stopwatch

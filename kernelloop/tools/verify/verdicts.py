@@ -14,7 +14,7 @@ import torch
 
 from kernelloop.errors import error_line
 from kernelloop.problem import Candidate
-from kernelloop.results import STATUS_OF, Code, InputSet, Localisation, Status, Verdict, code_of, rejected
+from kernelloop.records import STATUS_OF, Code, InputSet, Localisation, Status, Verdict, code_of, rejected
 from kernelloop.sandbox.runner import JobOutcome
 from kernelloop.tools.verify.claims import claimed_names
 from kernelloop.tools.verify.compare import Comparison, tolerance_for

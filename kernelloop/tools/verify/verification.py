@@ -21,7 +21,7 @@ import torch
 
 from kernelloop.errors import error_line
 from kernelloop.problem import Candidate, Problem, ProblemError
-from kernelloop.results import Code, Status, Verdict, rejected
+from kernelloop.records import Code, Status, Verdict, rejected
 from kernelloop.sandbox import redact
 from kernelloop.sandbox.runner import JobOutcome, JobSession, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError

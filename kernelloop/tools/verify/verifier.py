@@ -26,9 +26,10 @@ from typing import TypedDict
 
 import torch
 
-from kernelloop import defaults
+from kernelloop.config import defaults
+from kernelloop.config.workspace import workspace_dir
 from kernelloop.problem import Candidate, Problem, ProblemError
-from kernelloop.results import TimingStats, Verdict
+from kernelloop.records import TimingStats, Verdict
 from kernelloop.sandbox.runner import Zygote, new_job_dir, remove_job_dir
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify import budget, trusted_cache, workers
@@ -46,7 +47,6 @@ from kernelloop.tools.verify.reference_server import ReferenceServer, problem_fi
 from kernelloop.tools.verify.speed import summarize_all
 from kernelloop.tools.verify.verdicts import failure_reason, precheck  # noqa: F401 - precheck: public here too
 from kernelloop.tools.verify.verification import PHASE_NAMES, Verification, output_specs, secret_seeds  # noqa: F401
-from kernelloop.workspace import workspace_dir
 
 DEFAULT_TRIALS = 3
 CPU_MEMORY_LIMIT_BYTES = 16 << 30

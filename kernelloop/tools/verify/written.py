@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelloop.results import Localisation
+from kernelloop.records import Localisation
 from kernelloop.tools.verify.localise import ranges
 
 MAX_ELEMENTS = 1 << 22  # larger outputs are not related here (feedback, not the verdict: float64 copies stay small)

@@ -1,0 +1,182 @@
+"""What every entry point accepts: the request models, their fields' limits, and bad input as one line.
+
+The CLI, the MCP server, the LangChain tools and the job manager validate through these
+models, so a cap (candidates, budget, rounds, source size) is checked the same way everywhere;
+the values themselves come from kernelloop.config.defaults.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelloop import safe_text
+from kernelloop.config import defaults
+from kernelloop.config.fields import FROM_SETTINGS, Backend, BudgetS, Candidates, MaxRounds, StartChoice, StartSource, TargetChoice  # noqa: F401  (re-exported)
+from kernelloop.config.units import Device
+from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
+from kernelloop.records import Code, Status, Verdict
+from kernelloop.starts import StartRecord, resolve_start
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+
+
+class RequestError(ValueError):
+    """A request that can't be served (no problem given, a bad name). One line."""
+
+
+def one_line(error: ValueError) -> str:
+    """A bad-input error as the one line a caller reads (pydantic's: each field and what is wrong with it)."""
+    if isinstance(error, ValidationError):
+        line = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
+    else:
+        line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return safe_text.one_line(line, 4000)  # a problem's own error may be in it: bounded, no control characters
+
+
+T = TypeVar("T")
+
+
+def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Decorate a tool so bad input (a ValueError: ProblemError, RequestError, PoolError, ConfigError,
+    ValidationError) reaches its caller as `error` (the framework's tool error) with one line;
+    anything else stays a crash."""
+    def decorate(tool: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(tool)
+        def checked(*args: Any, **kwargs: Any) -> T:
+            try:
+                return tool(*args, **kwargs)
+            except ValueError as exc:
+                raise error(one_line(exc)) from exc
+        return checked
+    return decorate
+
+
+class ProblemInput(BaseModel):
+    """A problem by path, or by its text (written under WORKSPACE/jobs/inputs/)."""
+
+    model_config = ConfigDict(extra="forbid")  # an agent's misspelt argument is an error, never dropped
+
+    problem_path: str | None = Field(default=None,
+                                     description="a problem file: class Model, get_inputs, get_init_inputs")
+    problem_source: str | None = Field(default=None, description="the problem file's text, instead of a path")
+    problem_name: str = Field(default="problem", description="file name (no .py) for a problem given as text")
+
+    def load_problem(self, workspace: Path) -> Problem:
+        """The problem, never imported in this process: a caller's problem is code we don't trust
+        (it would run beside the API key, and could patch the comparison for every later call)."""
+        path = _path_or_text(self.problem_path, self.problem_source, self.problem_name, "problem",
+                             workspace / "jobs" / "inputs")
+        return Problem.from_file(path, trusted=False)
+
+
+class CandidateInput(ProblemInput):
+    """A candidate kernel and the problem it claims to solve."""
+
+    candidate_path: str | None = Field(default=None, description="a candidate file: class ModelNew")
+    candidate_source: str | None = Field(default=None, description="the candidate's text, instead of a path")
+
+    def load_candidate(self) -> Candidate:
+        path, source = self.candidate_path, self.candidate_source
+        if path is not None and source is None:
+            return Candidate.from_file(path)
+        if source is not None and path is None:
+            check_source_size(len(source.encode()), "candidate_source", "candidate")
+            return Candidate(source=source)
+        raise RequestError("give exactly one of candidate_path and candidate_source")
+
+
+class VerifyRequest(CandidateInput):
+    """One candidate against one problem, on a device."""
+
+    device: Device | None = Field(default=None, description="auto, cpu, cuda or cuda:N" + FROM_SETTINGS)
+    strict: bool = Field(default=False, description="reject library ops kept beside the candidate's kernels")
+
+
+
+
+class SolveKnobs(BaseModel):
+    """How much a run may spend and when it stops: the knobs every entry point shares. A knob not given
+    comes from the entry point's Settings (`flags()` are laid over them with settings.override)."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt knob is an error, never dropped
+
+    budget_s: BudgetS | None = Field(default=None, description="wall-clock budget, s" + FROM_SETTINGS)
+    candidates: Candidates | None = Field(default=None, description="kernels written in parallel per round"
+                                                                    + FROM_SETTINGS)
+    target_speedup: TargetChoice = None
+    max_rounds: MaxRounds | None = Field(default=None, description="rounds at most" + FROM_SETTINGS)
+
+    def flags(self) -> dict[str, Any]:
+        """The knobs given, named as Settings names them."""
+        return {"budget": self.budget_s, "candidates": self.candidates, "target": self.target_speedup,
+                "max_rounds": self.max_rounds}
+
+
+class SolveSettings(ProblemInput, SolveKnobs):
+    """A problem to make a fast kernel for, and how much to spend on it."""
+
+    hints: list[str] = Field(default_factory=list, description="advice for the coders from the first round")
+    start: StartChoice = defaults.START
+    start_source: StartSource = None
+
+    def load_start(self, problem: Problem) -> StartRecord | None:
+        """The kernel attempt 0 is (None: from scratch); a start file that can't be read is a one-line error."""
+        if self.start is not None and self.start_source is not None:
+            raise RequestError("give at most one of start and start_source")
+        if self.start_source is not None:
+            check_source_size(len(self.start_source.encode()), "start_source", "kernel")
+            return resolve_start(Candidate(source=self.start_source), problem.name)
+        return resolve_start(self.start, problem.name)
+
+
+class SolveRequest(SolveSettings):
+    """An optimization run. The endpoint's key is never a request field (it would sit in a model's
+    transcript): it comes from the server's settings, KERNELLOOP_API_KEY."""
+
+    backend: Backend | None = Field(default=None, description="triton, cuda or auto" + FROM_SETTINGS)
+    device: Device | None = Field(default=None, description="auto, cpu, cuda or cuda:N" + FROM_SETTINGS)
+    base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint" + FROM_SETTINGS)
+    model: str | None = Field(default=None, description="model name at the endpoint" + FROM_SETTINGS)
+
+    def flags(self) -> dict[str, Any]:
+        return super().flags() | {"backend": self.backend, "device": self.device, "base_url": self.base_url,
+                                  "model": self.model}
+
+
+class VerdictBrief(BaseModel):
+    """A verdict as an agent reads it by default: what happened and what to do (ask with detail=true for
+    everything: timings, errors, costs, containment)."""
+
+    status: Status
+    code: Code
+    speedup: float | None = Field(default=None, description="over eager, median of per-round ratios; null: not "
+                                                            "timed (CPU, or not correct)")
+    reason: str
+    feedback: str = Field(default="", description="for the coder: what went wrong and where")
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> VerdictBrief:
+        return cls(status=verdict.status, code=verdict.code, speedup=verdict.speedup, reason=verdict.reason,
+                   feedback=verdict.feedback)
+
+
+def _path_or_text(path: str | None, text: str | None, name: str, what: str, inbox: Path) -> Path:
+    if path is not None and text is None:
+        return Path(path).expanduser()
+    if text is None or path is not None:
+        raise RequestError(f"give exactly one of {what}_path and {what}_source")
+    if not _NAME.match(name):
+        raise RequestError(f"bad {what}_name {name!r}: letters, digits, '_', '-', '.' only")
+    check_source_size(len(text.encode()), f"{what}_source", what)
+    target = inbox / sha256_text(text)[:16] / f"{name}.py"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return target
