@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # distribution -> the top-level module it provides, where the names differ
 MODULE_OF = {"nvidia-ml-py": "pynvml", "pydantic-settings": "pydantic_settings",
              "typing-extensions": "typing_extensions", "langgraph-checkpoint-sqlite": "langgraph.checkpoint.sqlite",
-             "langchain-core": "langchain_core", "langchain-openai": "langchain_openai"}
+             "langchain-core": "langchain_core", "langchain-openai": "langchain_openai",
+             "markdown-it-py": "markdown_it", "pydantic-core": "pydantic_core"}
 
 
 def _imports() -> set[str]:

@@ -6,6 +6,7 @@ and priced; 'no model calls' (never zeros) where bench only scored given candida
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 
@@ -35,6 +36,11 @@ def no_live_endpoint(monkeypatch):
 class Outcome:
     attempts: list[FakeAttempt]
     tokens: Usage | None = field(default=None)
+
+
+def _cells(html: str) -> str:
+    """report.html with no whitespace between tags (markdown-it puts each table cell on a line)."""
+    return re.sub(r">\s+<", "><", html)
 
 
 def usage(prompt: int, completion: int, reasoning: int, cost: float | None = None, calls: int = 1) -> Usage:
@@ -68,7 +74,7 @@ def test_agent_tokens_are_summed_once_per_problem_and_divided_by_the_solved(tmp_
     report = result.files.report_md.read_text()
     assert "| 9 | 307 | 123 | 40 | 430 | 430 | $0.0035 |" in report
     assert "| 2_b | no | incorrect | 2 | - | - | - | 280 | mismatch |" in report  # the per-problem tokens column
-    assert "<td>430</td><td>430</td><td>$0.0035</td>" in result.files.report_html.read_text()
+    assert "<td>430</td><td>430</td><td>$0.0035</td>" in _cells(result.files.report_html.read_text())
     assert json.loads(result.files.summary_json.read_text())["tokens"]["prompt_tokens"] == 307
 
     again = run(suite, tmp_path / "out", bench.agent_work(solve, 60.0), mode=Mode.agent, budget_s=60.0)
@@ -188,7 +194,7 @@ def test_bench_over_http_totals_exactly_what_the_server_reported(tmp_path, monke
     report = (tmp_path / "out" / "report.md").read_text()
     cost = f"${(prompt * 0.5 + completion * 2) / 1e6:.4f}"
     assert f"| {len(script)} | {prompt:,} | {completion:,} | {reasoning:,} | {total} | {total} | {cost} |" in report
-    assert f"<td>{total}</td><td>{total}</td><td>{cost}</td>" in (tmp_path / "out" / "report.html").read_text()
+    assert f"<td>{total}</td><td>{total}</td><td>{cost}</td>" in _cells((tmp_path / "out" / "report.html").read_text())
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["tokens"] == tokens
     # and each run's own result.json agrees with its problem's row
     for path in (tmp_path / "ws" / "runs").glob("*/result.json"):
