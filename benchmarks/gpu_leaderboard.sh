@@ -19,6 +19,7 @@ LB="${1:-lb}"; CAP="${CAP:-360}"; RUN="${RUN:-.lbrun}"
 RAW="$LB/docs/assets/raw_data.json"; PROBLEMS="$LB/docs/assets/problems"
 [ -f "$RAW" ] && [ -d "$PROBLEMS" ] || { echo "no $RAW or $PROBLEMS: carry the leaderboard checkout as $LB/"; exit 2; }
 GPUS=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then GPUS=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c .); fi
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 WORKERS="${WORKERS:-$(( $(nproc) / (2 * (GPUS > 0 ? GPUS : 1)) ))}"
 WORKERS=$(( WORKERS < 1 ? 1 : WORKERS > 8 ? 8 : WORKERS ))

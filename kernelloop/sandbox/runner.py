@@ -127,9 +127,23 @@ def scrubbed_env(device: str, cache_dir: Path, gpu_index: int | None = None, pre
         # few cores made one matmul forward 3-5x slower.
         env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         env["CUDA_VISIBLE_DEVICES"] = ""
-    elif gpu_index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+    elif device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = child_visible_device(gpu_index)
     return env
+
+
+def child_visible_device(gpu_index: int | None) -> str:
+    """The CUDA_VISIBLE_DEVICES of a job on torch's cuda:`gpu_index` (None: 0) in this process: that
+    one GPU. The parent's own CUDA_VISIBLE_DEVICES (a scheduler's, Ray's, a user's) renumbers its GPUs
+    from 0, so index N is its N-th entry (an index, a UUID or a MIG id), never physical GPU N."""
+    index = gpu_index or 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(index)
+    ids = [part.strip() for part in visible.split(",") if part.strip()]
+    if index >= len(ids):
+        raise ValueError(f"cuda:{index} asked for, but CUDA_VISIBLE_DEVICES={visible!r} shows {len(ids)} GPU(s)")
+    return ids[index]
 
 
 class Zygote:

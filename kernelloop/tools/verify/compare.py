@@ -27,7 +27,6 @@ a kernel returning zeros passes it too, so it is no win.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -365,18 +364,8 @@ def flatten_outputs(result) -> list:
 # Where the parent compares: on a GPU worker, the worker's GPU (for up to 200 MB of outputs it
 # took 0.02-0.07 s on the H100 against 0.4-0.6 s on its 16 CPU cores: docs/results/verifier_bench).
 def compare_device(device: str, gpu_index: int | None, on_gpu: bool = True) -> torch.device:
-    """This process's name for the worker's GPU, or the CPU when it has none or cannot see it.
-
-    gpu_index is the physical index the sandbox gives its child; a process started with
-    CUDA_VISIBLE_DEVICES (a Ray actor, a pool worker) numbers its GPUs from 0 within that list."""
+    """This process's name for the worker's GPU (torch's cuda:`gpu_index`, the one its jobs are
+    given: sandbox/runner.child_visible_device), or the CPU when it has none."""
     if not on_gpu or device != "cuda" or not torch.cuda.is_available():
         return torch.device("cpu")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return torch.device("cuda", gpu_index or 0)
-    ids = [part.strip() for part in visible.split(",") if part.strip()]
-    if gpu_index is None:
-        return torch.device("cuda", 0) if ids else torch.device("cpu")
-    if str(gpu_index) in ids:
-        return torch.device("cuda", ids.index(str(gpu_index)))
-    return torch.device("cpu")
+    return torch.device("cuda", gpu_index or 0)

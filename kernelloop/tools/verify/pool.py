@@ -331,9 +331,9 @@ class _VerifierActor:
     """Lives in a Ray worker: one Verifier on the GPU Ray gave this actor (or on the CPU)."""
 
     def __init__(self, device: str, workspace: str, index: int, options: dict[str, Any]):
-        # Ray sets CUDA_VISIBLE_DEVICES for this actor; the sandbox builds its child's environment
-        # from scratch, so it must be told the physical GPU explicitly.
-        gpu_index = _assigned_gpu() if device == "cuda" else None
+        # Ray sets CUDA_VISIBLE_DEVICES to this actor's one GPU, which is cuda:0 here; the sandbox
+        # gives each job that entry of it (sandbox/runner.child_visible_device).
+        gpu_index = 0 if device == "cuda" else None
         self.root = Path(workspace) / "ray" / f"{socket.gethostname()}-{index}"
         self.verifier = Verifier(device=device, gpu_index=gpu_index, workspace=self.root, **options)
 
@@ -361,13 +361,6 @@ class _VerifierActor:
         import ray
 
         return ray.get_runtime_context().get_node_id()
-
-
-def _assigned_gpu() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    if not visible.isdigit():
-        raise PoolError(f"Ray gave this actor CUDA_VISIBLE_DEVICES={visible!r}; the sandbox needs a GPU index")
-    return int(visible)
 
 
 def _problem_args(problem: Problem) -> tuple[str, str, str, str, bool]:
