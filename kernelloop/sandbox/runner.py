@@ -271,6 +271,16 @@ class Zygote:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
+    def _await_fork(self, timeout_s: float) -> dict | None:
+        """The zygote's {"pid": N} for the job just sent. Lines before it are an earlier job's, come
+        after that job's session stopped reading (an exit reported past KILL_WAIT_S, a line relayed
+        as it died): that job is over, and they are dropped."""
+        deadline = time.monotonic() + timeout_s
+        while (message := self._read_message(max(0.0, deadline - time.monotonic()))) is not None:
+            if "pid" in message:
+                return message
+        return None
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
@@ -310,7 +320,7 @@ class Zygote:
             self._send(job)
         except BrokenPipeError:
             raise SandboxError("the sandbox worker exited before the job started") from None
-        forked = self._read_message(timeout_s=60)
+        forked = self._await_fork(timeout_s=60)
         if forked is None:  # its stdout closed or it hangs: give a dying zygote a moment to be seen dead
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=1)

@@ -201,3 +201,16 @@ def test_claims_from_the_candidates_process_are_validated_not_believed():
     assert claimed_seconds([1]) == {} and claimed_seconds(None) == {}
     assert claimed_names({"triton:relu": 3, 5: 1}) == ["triton:relu"]
     assert claimed_names(["relu", 7, None]) == ["relu"] and claimed_names(7) == []
+
+
+def test_an_earlier_jobs_late_lines_do_not_break_the_next_job(verifier, problem):
+    """A job killed past KILL_WAIT_S has its exit reported after its session stopped reading; the next
+    job's start read that line as its fork reply (KeyError: 'pid', seen on an H200 in
+    test_the_baselines_alone_are_timed_in_the_trusted_worker). Lines before the fork reply are dropped."""
+    assert judged(verifier, problem, candidate())[0].status is Status.correct
+    verifier.zygote._buffer += b'{"exit": -9}\n{"msg": "{\\"result\\": {\\"status\\": \\"correct\\"}}"}\n'
+    honest, _ = judged(verifier, problem, candidate())
+    assert honest.status is Status.correct, honest.reason
+    verifier.zygote._buffer += b'{"exit": 0}\n'
+    wrong, _ = judged(verifier, problem, candidate(body="x = x * 0"))
+    assert wrong.status is Status.incorrect, wrong.reason
