@@ -20,6 +20,7 @@ import importlib.util
 import re
 import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -62,13 +63,16 @@ def read_source(path: Path, what: str) -> str:
                            f"a {what} is a Python source file") from None
 
 
-def import_source(path: Path, module_name: str, source: str | None = None) -> ModuleType:
+def import_source(path: Path, module_name: str, source: str | None = None,
+                  names: Mapping[str, object] | None = None) -> ModuleType:
     """Import a Python file as a fresh module (from `source`, the text already read and checked,
-    where given: the file is not read again); every failure becomes a one-line ProblemError."""
+    where given: the file is not read again), its namespace starting with `names` where given
+    (tools/verify/shared_names.py); every failure becomes a one-line ProblemError."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ProblemError(f"{path}: not an importable Python file")
     module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(names or {})
     # Registered so torch.compile / FlexAttention can find the module's functions again.
     sys.modules[module_name] = module
     try:

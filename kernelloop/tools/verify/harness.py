@@ -47,6 +47,7 @@ from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls pre
 from kernelloop.tools.verify.compare import flatten_outputs
 from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, warm_fresh_values
 from kernelloop.tools.verify.kept_outputs import Kept
+from kernelloop.tools.verify.shared_names import reference_names
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
 
 if TYPE_CHECKING:  # imported where timing is set up, not when the child starts
@@ -313,7 +314,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     try:
-        candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate")
+        candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate", names=reference_names(job))
     except Exception as exc:  # import errors are the candidate's compile errors
         return {"status": "compile_error", "code": Code.import_failed.value,
                 "reason": f"compile: the candidate failed to import: {exc}".splitlines()[0]}

@@ -32,6 +32,7 @@ from kernelloop.tools.verify.compare import Comparison, compare_outputs
 from kernelloop.tools.verify.kept_baselines import KeptBaselines, with_cached_baselines
 from kernelloop.tools.verify.output_watch import OutputWatch
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer
+from kernelloop.tools.verify.shared_names import names_from_reference
 from kernelloop.tools.verify.speed import SpeedJudgement
 from kernelloop.tools.verify.tensor_files import load_sets
 from kernelloop.tools.verify.timed_checks import TimedChecks, TimedFailure
@@ -93,6 +94,7 @@ class Verification:
         # timed calls once timing begins.
         self.fresh = verifier.times_fresh()
         self.checks: TimedChecks | None = None
+        self.taken_names: list[str] = []  # the reference's names it uses without defining them
 
     def run(self) -> Verdict:
         verifier, problem, clock = self.verifier, self.problem, self.clock
@@ -124,6 +126,10 @@ class Verification:
         job = verifier.job("candidate", candidate_path=str(candidate_path),
                            inputs_path=str(_hand_over(made, job_dir)), decoy_check=decoy_check,
                            output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
+        self.taken_names = names_from_reference(self.candidate.source, problem.source)
+        if self.taken_names:  # KernelBench's one namespace for both: shared_names.py
+            (job_dir / "reference.py").write_text(problem.source)
+            job.update(reference_path=str(job_dir / "reference.py"), reference_names=self.taken_names)
         if self.prebuilt:
             job["prebuilt"] = self.prebuilt
         # What its files may hold: three sets of outputs, however small (a disk-filling job is killed).
@@ -175,6 +181,9 @@ class Verification:
         if verdict.status != Status.correct and not verdict.feedback.count("stderr (end)"):
             verdict.feedback = verdicts.with_stderr(verdict.feedback or verdict.reason, outcome)
         verdict.warnings = [*made.warnings, *verdict.warnings, *self._interpreter_caveats(made, outcome)]
+        if self.taken_names:
+            verdict.warnings.append(f"uses the reference's {', '.join(self.taken_names)} without defining them: run, as "
+                                    "KernelBench's eval runs a solution, with the reference's module names in scope")
         mode = self.verifier.zygote.mode
         verdict.isolation = mode
         held = redact.secrets()  # a backstop: nothing the parent holds secret in text the job wrote

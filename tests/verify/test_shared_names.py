@@ -1,0 +1,49 @@
+"""KernelBench's eval runs the reference and the solution in one namespace; model output written
+for it may use the reference's module-level names. shared_names.py finds the names a candidate
+takes, and only those."""
+
+from kernelloop.tools.verify.shared_names import names_from_reference
+
+REFERENCE = '''
+import torch
+from itertools import repeat
+batch_size = 128
+hardtanh_min = -1.0
+def to_2tuple(x):
+    return tuple(repeat(x, 2))
+class Model(torch.nn.Module):
+    pass
+'''
+
+
+def test_names_read_anywhere_and_bound_nowhere_are_taken():
+    candidate = '''
+import torch
+class ModelNew(torch.nn.Module):
+    size = batch_size
+    def __init__(self, k):
+        super().__init__()
+        self.k = to_2tuple(k)
+    def forward(self, x):
+        def inner(y):
+            return y.clamp(hardtanh_min)
+        return inner(x) + not_in_the_reference
+'''
+    assert names_from_reference(candidate, REFERENCE) == ["batch_size", "hardtanh_min", "to_2tuple"]
+
+
+def test_a_name_the_candidate_binds_itself_is_its_own():
+    candidate = '''
+batch_size = 4
+def to_2tuple(x):
+    return (x, x)
+class ModelNew:
+    def forward(self, x, hardtanh_min=0.0):
+        return x.clamp(hardtanh_min) * batch_size
+'''
+    assert names_from_reference(candidate, REFERENCE) == []
+
+
+def test_an_unparsable_source_takes_nothing():
+    assert names_from_reference("def (", REFERENCE) == []
+    assert names_from_reference("x = batch_size", "def (") == []
