@@ -132,9 +132,7 @@ class Verifier:
         self.close()
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.close(self.keep_jobs)
-            self._server = None
+        self._close_server()
         for wait in (False, True):  # both told first, so they stop at once
             for zygote in (self._zygote, self._trusted_zygote, self._problems_zygote):
                 if zygote is not None:
@@ -214,13 +212,17 @@ class Verifier:
         """The trusted job for `problem`, kept while the problems asked for stay the same."""
         if self._server is not None and (self._server.problem.sha256 != problem.sha256 or not self._server.alive()
                                          or self._server.problem.trusted != problem.trusted):
-            self._server.close(self.keep_jobs)
-            self._server = None
+            self._close_server()
         if self._server is None:
             self._server = ReferenceServer(self.reference_zygote(problem), problem, self._reference_root(problem),
                                            self.job("reference"),
                                            self.run_timeout_s, outputs_device=self.compare_on)
         return self._server
+
+    def _close_server(self) -> None:
+        if self._server is not None:
+            self._server.close(self.keep_jobs)
+            self._server = None
 
     def trial_count(self, server: ReferenceServer) -> int:
         """`trials`, or fewer where the problem's sets are huge (one trial set for an output over
@@ -290,6 +292,9 @@ class Verifier:
         Returns {"timings": {name: TimingStats}, "compile_s": {...}, "profile": {...}}."""
         if self.device != "cuda":
             raise ValueError("timing baselines needs a CUDA GPU (--device cuda)")
+        # The worker runs one job at a time: a reference server kept open from an earlier verification
+        # would hold it, and this job would wait past its fork's limit.
+        self._close_server()
         job_dir = new_job_dir(self._reference_root(problem) / "jobs", "base-")
         outcome = self.reference_zygote(problem).run(self.job("baselines", problem_path=str(problem_file(problem, job_dir)),
                                                               seeds=list(range(1, self.trials + 1))),
