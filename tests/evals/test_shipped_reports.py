@@ -25,7 +25,8 @@ SCRIPT_REPORTS = {"trust_boundary": "corpus_run.py", "h100_kernelbench_baselines
                   "h200_cold_verify_3": "cold_verify.py", "h100_cold_verify_2": "cold_verify.py",
                   "h200_pool_throughput": "pool_throughput.py", "h200_pool_throughput_2": "pool_throughput.py",
                   "h200x2_pool_throughput": "pool_throughput.py", "leaderboard_lint": "leaderboard_lint.py",
-                  "h200_containment": "containment_report.py"}
+                  "h200_containment": "containment_report.py",
+                  "h200_leaderboard_rejudge": "leaderboard_rejudge.py"}
 _DATA_URI = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
 
 

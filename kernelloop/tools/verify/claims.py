@@ -32,6 +32,17 @@ def claimed_seconds(raw: object, names: Collection[str] | None = None) -> dict[s
     return kept
 
 
+def claimed_counts(raw: object) -> dict[str, int]:
+    """Names with counts (ops and how many times each ran): a dict of non-negative ints; a plain list
+    of names counts each once; anything else is dropped."""
+    if isinstance(raw, list):
+        return {name: 1 for name in claimed_names(raw)}
+    if not isinstance(raw, dict):
+        return {}
+    return {name[:200]: count for name, count in list(raw.items())[:10_000]
+            if isinstance(name, str) and isinstance(count, int) and not isinstance(count, bool) and count >= 0}
+
+
 def claimed_names(raw: object) -> list[str]:
     """Names the child reports (ops, kernels): a list of strings, or the keys of a dict; else none."""
     items = raw.keys() if isinstance(raw, dict) else raw if isinstance(raw, list) else []

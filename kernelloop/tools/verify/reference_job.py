@@ -132,7 +132,7 @@ class ReferenceJob:
         seed_all(INIT_SEED)
         self.init_inputs = list(self.problem.get_init_inputs())
         self.model = self.problem.Model(*self.init_inputs).to(self.device)
-        self.ops: list[str] | None = None
+        self.ops: dict[str, int] | None = None
         self.full_baselines = bool(job.get("full_baselines"))
         self.tolerance = dict(getattr(self.problem, "TOLERANCE", None) or {})
         self._double: Any = None  # the model in float64, for round-off estimates (False: it can't be made)

@@ -21,6 +21,7 @@ from kernelloop.problem_meta import checked_tolerance
 from kernelloop.safe_text import one_line
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import open_bounded
+from kernelloop.tools.verify.claims import claimed_counts
 from kernelloop.tools.verify.tensor_files import TensorFileError, load_sets
 
 # The trusted job writes the problem's own inputs and outputs, whatever their size (KernelBench
@@ -38,6 +39,7 @@ class Made:
     ops: list[str]
     warnings: list[str]
     round_off: dict[int, float] = field(default_factory=dict)  # output -> its own error against float64 (degenerate)
+    op_counts: dict[str, int] = field(default_factory=dict)  # each of `ops`: how many times the reference ran it
 
 
 CLOSE_WAIT_S = 1.0
@@ -64,6 +66,7 @@ class ReferenceServer:
                                                 self.job_dir, timeout_s, timeout_s, phases=(),
                                                 file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
         self.ops: list[str] = []
+        self.op_counts: dict[str, int] = {}
         self.warnings: list[str] = []
         self._ahead: list[str] = []  # requests sent ahead whose answers have not been read yet
         self._answers: dict[str, dict] = {}
@@ -138,10 +141,12 @@ class ReferenceServer:
             request.update(fresh=True, donor_seeds=list(donor_seeds or []))
         answer = self.ask("make", request)
         outputs = self._outputs(outputs_path)
-        self.ops = list(answer.get("ops") or self.ops)
+        if answer.get("ops"):
+            self.op_counts = claimed_counts(answer["ops"])
+            self.ops = sorted(self.op_counts)
         self.warnings = list(answer.get("warnings") or [])
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
-        return Made(inputs_path, outputs, self.ops, self.warnings, round_off)
+        return Made(inputs_path, outputs, self.ops, self.warnings, round_off, self.op_counts)
 
     def regen(self, seed: int, calls: int, indices: list[int]) -> list[list]:
         """The reference's outputs on the values of calls `indices` of a timed request of `calls`

@@ -69,14 +69,20 @@ def precheck(candidate: Candidate, device: str, static_checks: bool = True) -> V
 
 # -- on what the candidate's process says it ran (claims) ------------------------------------------
 def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: set[str], library_ops: list[str],
-                 strict: bool, base: VerdictBase) -> Verdict | None:
+                 strict: bool, base: VerdictBase, reference_counts: dict[str, int] | None = None,
+                 candidate_counts: dict[str, int] | None = None) -> Verdict | None:
     """Rules on what the candidate's process says it ran. Claims: it can only lie its way out of
-    these, never into a speed it doesn't have (speed and correctness are decided by the parent)."""
+    these, never into a speed it doesn't have (speed and correctness are decided by the parent).
+    It leaves the work to torch when it runs every compute op of the reference at least as many
+    times as the reference does (where counts are known): an op it runs fewer times is work its own
+    kernels took over (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_)."""
     if not launches:
         return rejected(Code.no_own_kernel,
                         "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
                         **base)
-    if reference_ops and set(reference_ops) <= candidate_ops:
+    ref_counts, cand_counts = reference_counts or {}, candidate_counts or {}
+    if reference_ops and set(reference_ops) <= candidate_ops and (
+            not (ref_counts and cand_counts) or all(cand_counts.get(op, 0) >= ref_counts.get(op, 0) for op in reference_ops)):
         return rejected(Code.leaves_work_to_torch,
                         f"leaves the work to torch: every compute op of the reference ({', '.join(reference_ops)}) "
                         "still runs through torch beside its own kernels", **base)

@@ -27,7 +27,7 @@ from kernelloop.sandbox.runner import JobOutcome, JobSession, new_job_dir, remov
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify import budget, interpreter_order, reruns, trusted_cache, verdicts
-from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_names, claimed_seconds
+from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_counts, claimed_names, claimed_seconds
 from kernelloop.tools.verify.compare import Comparison, compare_outputs
 from kernelloop.tools.verify.kept_baselines import KeptBaselines, with_cached_baselines
 from kernelloop.tools.verify.output_watch import OutputWatch
@@ -215,10 +215,12 @@ class Verification:
         if not isinstance(trials, dict):
             return None
         launches = claimed_names(trials.get("launches"))
-        cand_ops = set(claimed_names(trials.get("ops")))
+        cand_counts = claimed_counts(trials.get("ops"))
+        cand_ops = set(cand_counts)
         library_ops = sorted(set(made.ops) & cand_ops)
         base: VerdictBase = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
-        broken = verdicts.claimed_work(launches, made.ops, cand_ops, library_ops, self.verifier.strict, base)
+        broken = verdicts.claimed_work(launches, made.ops, cand_ops, library_ops, self.verifier.strict, base,
+                                       reference_counts=made.op_counts, candidate_counts=cand_counts)
         if broken is not None:
             return broken
 
