@@ -31,7 +31,9 @@ from kernelloop.records import Verdict
 class VerifierLike(Protocol):
     """kernelloop.tools.verify.verifier.Verifier or anything with its `verify`: never raises for a bad candidate."""
 
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict: ...
+    def verify(self, candidate: Candidate, problem: Problem, time_left_s: float | None = None) -> Verdict:
+        """`time_left_s`: the run's budget from now; the verification is cut there."""
+        ...
 
 
 class RunEvent(BaseModel):

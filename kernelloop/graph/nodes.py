@@ -164,12 +164,13 @@ def coder(brief: dict, runtime: Runtime[Context]) -> dict:
     return {"drafts": [attempt.model_dump(mode="json")], "usage": usage}
 
 
-def _verify_one(attempt: Attempt, run: RunDir, problem, runtime: Runtime[Context]) -> None:
-    """A verdict from the verifier (the journal was consulted by the caller). May run in a worker thread."""
+def _verify_one(attempt: Attempt, run: RunDir, problem, runtime: Runtime[Context], budget_ends_at: float) -> None:
+    """A verdict from the verifier (the journal was consulted by the caller). May run in a worker thread.
+    `budget_ends_at`: when the run's budget is spent (the context's clock); the verification is cut there."""
     context = runtime.context
     started = time.perf_counter()
     candidate = Candidate(source=attempt.code, path=run.path(attempt.kernel_file) if attempt.kernel_file else None)
-    verdict = context.get_verifier().verify(candidate, problem)
+    verdict = context.get_verifier().verify(candidate, problem, time_left_s=budget_ends_at - context.clock())
     attempt.verify_s = time.perf_counter() - started
     run.save_verdict(attempt, verdict, attempt.verify_s)  # journal first: a kill now loses nothing
     attempt.verdict = verdict
@@ -199,12 +200,14 @@ def verifier(state: State, runtime: Runtime[Context]) -> dict:
     # A pool with a compile stage takes more callers than it has devices: the next candidates build while one is timed.
     judge = runtime.context.get_verifier()
     width = min(len(pending), max(1, int(getattr(judge, "parallel_callers", getattr(judge, "size", 1))))) if pending else 1
+    # A verification never runs past the run's budget (a starter that hangs on the CPU overran a 240 s budget by 23 s).
+    ends_at = runtime.context.clock() + settings.budget_s - _tick(state, runtime.context)["spent_s"]
     if width > 1:
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="kernelloop-verify") as workers:
-            list(workers.map(lambda attempt: _verify_one(attempt, run, problem, runtime), pending))
+            list(workers.map(lambda attempt: _verify_one(attempt, run, problem, runtime, ends_at), pending))
     else:
         for attempt in pending:
-            _verify_one(attempt, run, problem, runtime)
+            _verify_one(attempt, run, problem, runtime, ends_at)
     for attempt in ordered:
         _emit(runtime, RunEvent(kind="verified", round=attempt.round, attempt_id=attempt.id, status=attempt.status,
                                 speedup=attempt.speedup_vs(settings.baseline),

@@ -460,6 +460,10 @@ class JobSession:
         self.disk_budget_bytes: int | None = None  # what its job dir may hold (Zygote.start)
         self._disk_checked_at = 0.0
         self._host_pid: int | None = None  # the job's pid as the host sees it, found at the first disk check
+        # A caller's own end (time.monotonic()), before any limit: a run's budget. Past it the job
+        # is killed as at a limit, and `cut_at_deadline` says why.
+        self.deadline: float | None = None
+        self.cut_at_deadline = False
 
     @property
     def _job_pid(self) -> int:
@@ -475,7 +479,11 @@ class JobSession:
     def _limit_left(self) -> float:
         limit = self.compile_timeout_s if self.phase == "compile" else self.run_timeout_s
         hard_cap = self.compile_timeout_s + self.run_timeout_s
-        return min(limit - self.phase_waited_s, hard_cap - self.waited_s)
+        left = min(limit - self.phase_waited_s, hard_cap - self.waited_s)
+        if self.deadline is not None and self.deadline - time.monotonic() < left:
+            left = self.deadline - time.monotonic()
+            self.cut_at_deadline = left <= 0
+        return left
 
     def restart_clock(self) -> None:
         """For a trusted job that serves many requests (the reference job): each request gets the

@@ -65,7 +65,7 @@ class FakePool:
         FakePool.made.append({"device": str(device), "home": Path(workspace).resolve() if workspace else None,
                               "compile_timeout": compile_timeout_s, "run_timeout": run_timeout_s})
 
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         raise Captured
 
     def close(self):

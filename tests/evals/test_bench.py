@@ -67,7 +67,7 @@ class ScriptedVerifier:
         self.log = log
         log.setdefault("opened", []).append(device)
 
-    def verify(self, candidate, problem) -> Verdict:
+    def verify(self, candidate, problem, time_left_s=None) -> Verdict:
         self.log.setdefault("verified", []).append((self.device, problem.name))
         status, *pairs = candidate.source.splitlines()[0].removeprefix("# verdict: ").split()
         if status == "boom":
@@ -295,7 +295,7 @@ def test_a_problem_that_fails_itself_is_recorded_why_and_tried_again_on_a_rerun(
     fixed: dict = {}
 
     class FixedVerifier(ScriptedVerifier):
-        def verify(self, candidate, problem):
+        def verify(self, candidate, problem, time_left_s=None):
             if "bad-problem" in candidate.source:
                 self.log.setdefault("verified", []).append((self.device, problem.name))
                 return Verdict(status=Status.correct, reason="fixed", device=self.device, speedup=1.5)

@@ -155,7 +155,7 @@ def test_two_solutions_with_the_same_code_are_two_jobs(board, tmp_path):
 
 
 class SlowVerifier(ScriptedVerifier):
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         time.sleep(0.4)
         return super().verify(candidate, problem)
 

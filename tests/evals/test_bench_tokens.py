@@ -153,7 +153,7 @@ class ScriptedPool:
     def __init__(self):
         self.verifier = ScriptedVerifier()
 
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         return self.verifier.verify(candidate, problem)
 
     def close(self):

@@ -114,7 +114,7 @@ class ScriptedVerifier:
         self.speedup, self.log = speedup, log
         self.calls: list[str] = []
 
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
+    def verify(self, candidate: Candidate, problem: Problem, time_left_s=None) -> Verdict:
         name = candidate.path.stem if candidate.path else candidate.sha256[:12]
         self.calls.append(name)
         if self.log is not None:

@@ -14,7 +14,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "recorded_run"
 class ColumnBiasVerifier:
     """Stands in for the real verifier (tests/graph/test_cli.py runs that one): right iff bias by column."""
 
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
+    def verify(self, candidate: Candidate, problem: Problem, time_left_s=None) -> Verdict:
         if "bias_ptr + (offsets % n_cols)" in candidate.source:
             return Verdict(status=Status.correct, reason="correct")
         return Verdict(status=Status.incorrect, reason="mismatch", rel_err=0.6)

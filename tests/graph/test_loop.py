@@ -100,7 +100,7 @@ class PoolLikeVerifier(ScriptedVerifier):
         self.in_flight = self.most_in_flight = 0
         self.lock = threading.Lock()
 
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         with self.lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -137,7 +137,7 @@ def test_a_pool_with_a_compile_stage_takes_a_round_beyond_its_devices(tmp_path):
 class TooGoodVerifier(ScriptedVerifier):
     """Correct kernels come back with the verifier's 'too good to be true' mark."""
 
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         verdict = super().verify(candidate, problem)
         if verdict.ok:
             verdict.suspicious.append("speedup 40.0x over eager is above 10x: check it by hand")

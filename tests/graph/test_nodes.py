@@ -14,7 +14,7 @@ from tests.graph.scripted import FIXED_KERNEL, RELU_PROBLEM, WRONG_KERNEL, Scrip
 class DiesAfterOne(ScriptedVerifier):
     """Verifies one candidate, then 'the process dies' (an exception stands in for SIGKILL)."""
 
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         if self.calls:
             raise SystemExit("killed")
         return super().verify(candidate, problem)
@@ -56,3 +56,24 @@ def test_changed_code_under_the_same_id_is_verified_again(tmp_path):
     again = ScriptedVerifier()
     nodes.verifier(state, runtime(tmp_path, again))
     assert again.calls == ["r1c0"]
+
+
+class RecordsTimeLeft(ScriptedVerifier):
+    def __init__(self):
+        super().__init__()
+        self.time_left: list[float | None] = []
+
+    def verify(self, candidate, problem, time_left_s=None):
+        self.time_left.append(time_left_s)
+        return super().verify(candidate, problem)
+
+
+def test_each_verification_gets_what_is_left_of_the_runs_budget(tmp_path):
+    """Issue 29: `--start auto` on the CPU ran a starter to its own 180 s limit and overran a 240 s
+    budget; the verifier now hands each verification the run's time left, and its job is cut there."""
+    state = round_state()
+    state["settings"] = RunSettings(candidates=2, budget_s=100.0).model_dump()
+    state["spent_s"] = 70.0
+    verifier = RecordsTimeLeft()
+    nodes.verifier(state, runtime(tmp_path, verifier))
+    assert len(verifier.time_left) == 2 and all(left is not None and 25.0 < left <= 30.0 for left in verifier.time_left)

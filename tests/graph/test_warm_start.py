@@ -87,7 +87,7 @@ def test_solve_start_wrong_kernel_is_attempt_0_and_a_fixed_reply_beats_it_with_t
 class SpeedByMarker(ScriptedVerifier):
     """ScriptedVerifier, with the speedup a kernel's marker comment names (`# speed 1.1`)."""
 
-    def verify(self, candidate, problem) -> Verdict:
+    def verify(self, candidate, problem, time_left_s=None) -> Verdict:
         verdict = super().verify(candidate, problem)
         marker = next((line for line in candidate.source.splitlines() if line.startswith("# speed ")), None)
         if verdict.status is Status.correct and marker:

@@ -214,3 +214,21 @@ def test_an_earlier_jobs_late_lines_do_not_break_the_next_job(verifier, problem)
     verifier.zygote._buffer += b'{"exit": 0}\n'
     wrong, _ = judged(verifier, problem, candidate(body="x = x * 0"))
     assert wrong.status is Status.incorrect, wrong.reason
+
+
+def test_a_verification_is_cut_at_its_callers_budget(verifier, problem):
+    """A run's budget reaches the job: a forward that never returns is killed when the time left is spent,
+    not at the run limit (issue 29: a run overran its budget waiting on one verification)."""
+    hang, took = judged_within(verifier, problem, candidate("while True:\n            x = x + 0"), time_left_s=3.0)
+    assert hang.status is Status.timeout and "cut at the run's budget (3s were left" in hang.reason, hang.reason
+    assert took < RUN_TIMEOUT_S  # its own limit would have let it run 8 s
+    spent, took = judged_within(verifier, problem, candidate(), time_left_s=0.0)
+    assert spent.status is Status.timeout and "before its job started" in spent.reason and took < 1.0
+    fine, _ = judged_within(verifier, problem, candidate(), time_left_s=120.0)
+    assert fine.status is Status.correct, fine.reason
+
+
+def judged_within(verifier, problem, cand, time_left_s):
+    started = time.monotonic()
+    verdict = verifier.verify(cand, problem, time_left_s=time_left_s)
+    return verdict, time.monotonic() - started

@@ -144,7 +144,7 @@ class ScriptedPool:
         self.verifier = ScriptedVerifier()
         self.closed = False
 
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         return self.verifier.verify(candidate, problem)
 
     def close(self):

@@ -76,7 +76,7 @@ class PhasedPool:
     def __init__(self, *args, **kwargs):
         self.threads: set[str] = set()
 
-    def verify(self, candidate, problem):
+    def verify(self, candidate, problem, time_left_s=None):
         self.threads.add(threading.current_thread().name)
         for kind, phase in self.steps:
             progress.report(kind, phase)  # what the sandbox's job sessions call

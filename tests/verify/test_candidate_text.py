@@ -169,7 +169,7 @@ def test_runs_list_show_and_a_runs_report_take_any_reason(tmp_path):
     reason = "boom [/] [bold red]x[/bold red]\r![p](/etc/passwd) \x1b[31m"
 
     class Hostile(ScriptedVerifier):
-        def verify(self, candidate, problem) -> Verdict:
+        def verify(self, candidate, problem, time_left_s=None) -> Verdict:
             verdict = super().verify(candidate, problem)
             verdict.reason = reason
             return verdict

@@ -133,7 +133,7 @@ def test_a_device_node_in_a_directory_is_not_read(tmp_path):
 class EchoVerifier:
     """Judges nothing: a candidate it is handed is `correct` (only files read the careful way get here)."""
 
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
+    def verify(self, candidate: Candidate, problem: Problem, time_left_s=None) -> Verdict:
         assert SECRET not in candidate.source
         return Verdict(status=Status.correct, reason="read", device="cpu")
 

@@ -31,7 +31,7 @@ class RecordingWorker:
         self.name, self.log, self.lock = name, log, lock
         self.active = self.most_active = 0
 
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
+    def verify(self, candidate: Candidate, problem: Problem, time_left_s=None) -> Verdict:
         with self.lock:
             self.active += 1
             self.most_active = max(self.most_active, self.active)
@@ -51,7 +51,7 @@ class FakePool(VerifierPool):
     def _precheck(self, candidate):
         return precheck(candidate, self.device)
 
-    def _verify_on(self, worker, candidate, problem):
+    def _verify_on(self, worker, candidate, problem, prebuilt, time_left_s):
         return worker.verify(candidate, problem)
 
     def _time_baselines_on(self, worker, problem):

@@ -156,9 +156,12 @@ class VerifierPool(ABC):
         return QueueCounts(compile_waiting=stage.waiting if stage else 0, compiling=stage.building if stage else 0,
                            device_waiting=self._workers.waiting, device_busy=self._workers.busy())
 
-    def verify(self, candidate: Candidate, problem: Problem) -> Verdict:
+    def verify(self, candidate: Candidate, problem: Problem, time_left_s: float | None = None) -> Verdict:
         """Judge one candidate: its build in the compile stage (where it has one), then the first
-        idle worker; blocks until each is free. Never raises for a bad candidate."""
+        idle worker; blocks until each is free. Never raises for a bad candidate. `time_left_s`:
+        the caller's budget from now (a run's), the waits for a build and a worker included; its
+        device job is cut there (Verifier.verify)."""
+        deadline = None if time_left_s is None else time.monotonic() + time_left_s
         early = self._precheck(candidate)
         if early is not None:
             return early
@@ -167,9 +170,8 @@ class VerifierPool(ABC):
             return built.verdict
         with self._workers.borrow(problem.sha256) as worker:
             prebuilt, refused = self._stage.hand_over(built) if self._stage is not None and built else (None, None)
-            # Only with a product: a pool without a compile stage keeps its three-argument _verify_on.
-            verdict = (self._verify_on(worker, candidate, problem, prebuilt) if prebuilt is not None
-                       else self._verify_on(worker, candidate, problem))
+            left = None if deadline is None else deadline - time.monotonic()
+            verdict = self._verify_on(worker, candidate, problem, prebuilt, left)
         return _with_build(verdict, built, refused) if built is not None else verdict
 
     def time_baselines(self, problem: Problem) -> dict[str, Any]:
@@ -185,7 +187,8 @@ class VerifierPool(ABC):
     def _precheck(self, candidate: Candidate) -> Verdict | None: ...
 
     @abstractmethod
-    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None,
+                   time_left_s: float | None) -> Verdict:
         ...
 
     @abstractmethod
@@ -303,8 +306,9 @@ class LocalPool(VerifierPool):
     def _precheck(self, candidate: Candidate) -> Verdict | None:
         return precheck(candidate, self.device, self.static_checks)
 
-    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
-        return worker.verify(candidate, problem, prebuilt)
+    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None,
+                   time_left_s: float | None) -> Verdict:
+        return worker.verify(candidate, problem, prebuilt, time_left_s)
 
     def _time_baselines_on(self, worker: Any, problem: Problem) -> dict[str, Any]:
         return worker.time_baselines(problem)
@@ -347,9 +351,9 @@ class _VerifierActor:
         return Problem(path=path.resolve(), source=source, name=name, trusted=trusted)
 
     def verify(self, candidate_source: str, name: str, filename: str, source: str, sha256: str,
-               trusted: bool = True) -> Verdict:
+               trusted: bool = True, time_left_s: float | None = None) -> Verdict:
         return self.verifier.verify(Candidate(source=candidate_source),
-                                    self._problem(name, filename, source, sha256, trusted))
+                                    self._problem(name, filename, source, sha256, trusted), time_left_s=time_left_s)
 
     def time_baselines(self, name: str, filename: str, source: str, sha256: str, trusted: bool = True) -> dict[str, Any]:
         return self.verifier.time_baselines(self._problem(name, filename, source, sha256, trusted))
@@ -475,9 +479,10 @@ class RayPool(VerifierPool):
             return precheck(candidate, self.device, self.static_checks)
         return self._ray.get(self._check_task.remote(candidate, self.device, self.static_checks))
 
-    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+    def _verify_on(self, worker: Any, candidate: Candidate, problem: Problem, prebuilt: dict | None,
+                   time_left_s: float | None) -> Verdict:
         # No compile stage on Ray: a product would have to be on the GPU actor's node.
-        return self._ray.get(worker.verify.remote(candidate.source, *_problem_args(problem)))
+        return self._ray.get(worker.verify.remote(candidate.source, *_problem_args(problem), time_left_s=time_left_s))
 
     def _time_baselines_on(self, worker: Any, problem: Problem) -> dict[str, Any]:
         return self._ray.get(worker.time_baselines.remote(*_problem_args(problem)))

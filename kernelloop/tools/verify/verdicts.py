@@ -209,6 +209,14 @@ def output_flood(flood: str, device: str) -> Verdict:
                           f"print (killed as it crossed it)")
 
 
+def out_of_budget(device: str, time_left_s: float, phase: str | None = None) -> Verdict:
+    """A verification the caller's budget (a run's) ended: before its job started (`phase` None),
+    or while it was `phase`."""
+    where = "before its job started" if phase is None else f"while {phase_words(phase)} (killed with its process group)"
+    return Verdict(status=Status.timeout, code=Code.timed_out, device=device,
+                   reason=f"cut at the run's budget ({max(0.0, time_left_s):.0f}s were left when it began) {where}")
+
+
 def ended_early(outcome: JobOutcome, device: str, compile_timeout_s: float, run_timeout_s: float) -> Verdict:
     """The verdict of a job that ended before the parent had what it needed."""
     base: VerdictBase = {"device": device}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import secrets
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,8 +82,12 @@ def _nbytes(outputs: list) -> int:
 class Verification:
     """The parent's side of one candidate's verification against one problem."""
 
-    def __init__(self, verifier: Verifier, candidate: Candidate, problem: Problem, prebuilt: dict | None = None):
+    def __init__(self, verifier: Verifier, candidate: Candidate, problem: Problem, prebuilt: dict | None = None,
+                 time_left_s: float | None = None):
         self.verifier, self.candidate, self.problem = verifier, candidate, problem
+        # The caller's budget for this verification (a run's time left): its job is cut there.
+        self.time_left_s = time_left_s
+        self.deadline = None if time_left_s is None else time.monotonic() + time_left_s
         self.prebuilt = prebuilt  # the compile stage's product for its job (build_stage.py), if any
         self.device, self.compare_on = verifier.device, verifier.compare_on
         self.clock = Stopwatch()  # its laps are the verdict's phase_*_s; from its start, total_s
@@ -102,6 +107,8 @@ class Verification:
         clock.lap("precheck")
         if early is not None:  # the same verdict the pool's pre-check gives, nothing added
             return early
+        if self.time_left_s is not None and self.time_left_s <= 0:
+            return verdicts.out_of_budget(self.device, self.time_left_s)
         verifier.start_workers(problem.trusted)  # both at once: the candidates' worker starts while the reference is made
         verifier.reference_zygote(problem).wait_ready()
         clock.lap("workers")
@@ -136,6 +143,7 @@ class Verification:
         file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)))
         session = verifier.zygote.start(job, job_dir, verifier.compile_timeout_s, verifier.run_timeout_s,
                                         CANDIDATE_PHASES, file_size_bytes=file_size, disk_budget=True)
+        session.deadline = self.deadline
         # A job that prints without end is killed as it floods, not at its phase's limit.
         watch = OutputWatch(session.dir.fd, functools.partial(session.zygote._kill_group, session.pid)) \
             if session.pid is not None else None
@@ -161,6 +169,8 @@ class Verification:
         flood = watch.found() if watch is not None else None
         if flood is not None:  # however it would have ended otherwise
             verdict = verdicts.output_flood(flood, self.device)
+        if verdict is None and session.cut_at_deadline:
+            verdict = verdicts.out_of_budget(self.device, self.time_left_s or 0.0, outcome.phase)
         if verdict is None:
             verdict = verdicts.ended_early(outcome, self.device, verifier.compile_timeout_s, verifier.run_timeout_s)
         verdict = self._finished(verdict, made, outcome)

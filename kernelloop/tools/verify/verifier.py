@@ -258,11 +258,13 @@ class Verifier:
         return 1 if fits else 0
 
     # -- candidate --------------------------------------------------------------------------
-    def verify(self, candidate: Candidate, problem: Problem, prebuilt: dict | None = None) -> Verdict:
+    def verify(self, candidate: Candidate, problem: Problem, prebuilt: dict | None = None,
+               time_left_s: float | None = None) -> Verdict:
         """One candidate's verdict: a Verification of its own, served by this Verifier's workers.
         `prebuilt`: its extensions as the pool's compile stage built them (build_stage.py,
-        Product.job_field), served to its job instead of building there."""
-        return Verification(self, candidate, problem, prebuilt).run()
+        Product.job_field), served to its job instead of building there. `time_left_s`: the
+        caller's budget (a run's time left); its job is cut there, and none starts once it is spent."""
+        return Verification(self, candidate, problem, prebuilt, time_left_s).run()
 
     # -- baselines kept across processes (trusted_cache.py) ----------------------------------
     def cached_baselines(self, problem: Problem, specs: list) -> tuple[str | None, list[str], dict | None]:
