@@ -14,6 +14,7 @@ and launch counts, its input checks, its digests) as claims.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import _disable_current_modes
 
 from kernelloop.errors import error_line
 from kernelloop.problem import import_source
@@ -97,7 +99,10 @@ class LaunchCounter:
             name = f"triton:{getattr(self_.fn, '__name__', 'kernel')}"
             if not kwargs.get("warmup", False):
                 counter.launches[name] += 1
-            kernel = original_run(self_, *args, **kwargs)
+            # Not recorded as the candidate's torch ops: what Triton dispatches itself to launch (on the
+            # CPU the interpreter copies every tensor a kernel writes back with copy_).
+            with _disable_current_modes():
+                kernel = original_run(self_, *args, **kwargs)
             if name not in counter.facts and not kwargs.get("warmup", False):
                 counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
             return kernel
@@ -123,6 +128,16 @@ class LaunchCounter:
                     self.saved[key] = (value, value.detach().clone())
                 with torch.no_grad():
                     value.add_(torch.randn_like(value).mul_(1.0 + float(value.detach().abs().mean())))
+
+    def noisy(self, result: Any) -> Any:
+        """An own extension function's result with noise on every floating tensor (new tensors; the
+        decoy check's "perturb" run): a forward still right with it never used that result."""
+        if isinstance(result, torch.Tensor) and result.is_floating_point() and result.numel():
+            with torch.no_grad():
+                return result + torch.randn_like(result).mul_(1.0 + float(result.detach().abs().mean()))
+        if isinstance(result, (tuple, list)):
+            return type(result)(self.noisy(item) for item in result)
+        return result
 
     def restore(self) -> None:
         with torch.no_grad():
@@ -170,7 +185,8 @@ class _CountedExtension:
 
         def call(*args, **kwargs):
             self._counter.launches[f"ext:{name}"] += 1
-            return attr(*args, **kwargs)
+            result = attr(*args, **kwargs)
+            return self._counter.noisy(result) if self._counter.mode == "perturb" else result
 
         return call
 
@@ -250,14 +266,16 @@ def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
 
 
 def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | None = None,
-            costs: dict | None = None, poison_value: float = math.nan) -> tuple[list, list, tuple[Code, str] | None]:
+            costs: dict | None = None, poison_value: float = math.nan,
+            recorder: OpRecorder | None = None) -> tuple[list, list, tuple[Code, str] | None]:
     """One checked forward: device inputs, poisoned memory, input and alias checks.
 
     `specs`: the outputs' shapes and dtypes, to poison with (`poison_value`: NaN, but in the parent's reruns).
     `reuse`: device tensors of an earlier call to copy the new
     values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
     `costs` gets each step's seconds: "inputs_s" (to the device, and the pristine copies), "poison_s", "forward_s" (the
-    forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host)."""
+    forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host).
+    `recorder` records the ops of the forward alone (not this harness's copies and checks around it)."""
     steps = Stopwatch()
 
     def lap(name: str) -> None:  # only where asked: the device waits for the step, so the lap is its time
@@ -273,7 +291,7 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     lap("inputs_s")
     poison(device, specs, poison_value)
     lap("poison_s")
-    with PoisonEmpty(poison_value):
+    with PoisonEmpty(poison_value), (recorder if recorder is not None else contextlib.nullcontext()):
         out = flatten_outputs(model(*inputs))
     synchronize(device)
     lap("forward_s")
@@ -428,8 +446,8 @@ class _CandidateSession:
         started = time.perf_counter()
         for index, inputs in enumerate(self.input_sets):
             if index == 0:
-                with recorder:
-                    out, self.buffers, found = run_one(self.model, inputs, self.device, self._specs(0), costs=first_forward)
+                out, self.buffers, found = run_one(self.model, inputs, self.device, self._specs(0), costs=first_forward,
+                                                   recorder=recorder)
                 self.channel.phase("trials")
                 self.costs["first_call_s"] = time.perf_counter() - started  # includes Triton's JIT compile
             else:
@@ -444,7 +462,7 @@ class _CandidateSession:
                   {"disturbed": [d is not None for d in disturbed]})
         # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
-        self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
+        self.channel.send({"trials": {"ops": recorder.compute_ops(), "copies": recorder.copy_ops(), **self.claims()}})
         return None
 
     def rerun(self, asked: dict) -> dict[str, Any]:
@@ -467,13 +485,16 @@ class _CandidateSession:
 
     def decoy_runs(self) -> list[list | None]:
         """The first set's outputs twice more for the parent's decoy check: with every Triton launch
-        skipped, and with noise added to every floating tensor each launch is given (a flag a
-        kernel only sets still gets set; what a real kernel reads is wrong). A forward still right
-        either way left the work to something else. None for a run that fails, which is what
-        disturbing a kernel that matters usually does; none at all for multi-GB outputs."""
-        if not self.job.get("decoy_check", True) or not any(name.startswith("triton:") for name in self.counter.launches):
+        skipped, and with noise added to every floating tensor each Triton launch is given (a flag a
+        kernel only sets still gets set; what a real kernel reads is wrong) and to every floating
+        tensor each own extension function (load_inline) returns. A forward still right either way
+        left the work to something else. None for a run that fails, which is what disturbing a
+        kernel that matters usually does, or that does not apply (no Triton kernel to skip);
+        none at all for multi-GB outputs."""
+        own = {name.split(":", 1)[0] for name in self.counter.launches}
+        if not self.job.get("decoy_check", True) or not own & {"triton", "ext"}:
             return [None, None]
-        return [self._run_disturbed("skip"), self._run_disturbed("perturb")]
+        return [self._run_disturbed("skip") if "triton" in own else None, self._run_disturbed("perturb")]
 
     def _run_disturbed(self, mode: str) -> list | None:
         self.counter.mode = mode

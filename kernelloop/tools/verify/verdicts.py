@@ -74,15 +74,16 @@ def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: s
     """Rules on what the candidate's process says it ran. Claims: it can only lie its way out of
     these, never into a speed it doesn't have (speed and correctness are decided by the parent).
     It leaves the work to torch when it runs every compute op of the reference at least as many
-    times as the reference does (where counts are known): an op it runs fewer times is work its own
-    kernels took over (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_)."""
+    times as the reference does, and its copies (clone, copy_) too (where counts are known): an op it
+    runs fewer times is work its own kernels took over (a ResNet whose 8 residual adds are its own
+    still runs BatchNorm's add_; a ShuffleNet whose channel shuffle is its own makes fewer copies)."""
     if not launches:
         return rejected(Code.no_own_kernel,
                         "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
                         **base)
     ref_counts, cand_counts = reference_counts or {}, candidate_counts or {}
     if reference_ops and set(reference_ops) <= candidate_ops and (
-            not (ref_counts and cand_counts) or all(cand_counts.get(op, 0) >= ref_counts.get(op, 0) for op in reference_ops)):
+            not (ref_counts and cand_counts) or all(cand_counts.get(op, 0) >= count for op, count in ref_counts.items())):
         return rejected(Code.leaves_work_to_torch,
                         f"leaves the work to torch: every compute op of the reference ({', '.join(reference_ops)}) "
                         "still runs through torch beside its own kernels", **base)
