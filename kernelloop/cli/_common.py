@@ -7,7 +7,6 @@ Kept free of torch, LangGraph and the verifier: `--help` and usage errors import
 from __future__ import annotations
 
 import errno
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -17,7 +16,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from kernelloop.config import defaults
-from kernelloop.config.units import format_duration, format_target, parse_duration_s, parse_target
+from kernelloop.config.units import Device, format_duration, format_target, parse_duration_s, parse_target
 from kernelloop.safe_text import REASON_CHARS, one_line
 
 if TYPE_CHECKING:
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
 errors = Console(stderr=True, soft_wrap=True)  # an error is one line, however narrow the terminal
 DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # writes the disk refused
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 WORKSPACE_HELP = "workspace dir (default $KERNELLOOP_HOME, kernelloop.toml's home, or ./.kernelloop)"
 FRESH_TIMING_HELP = ("every timed call on fresh values, outputs of timed calls picked at random checked (catches memos "
@@ -89,9 +87,10 @@ def target_flag(text: str | None, flag: str = "--target") -> float | None:
 
 def device_flag(device: str | None, flag: str = "--device") -> str | None:
     """auto, cpu, cuda or cuda:N, checked before anything heavy loads."""
-    if device is not None and not _DEVICE.match(device):
+    try:
+        return None if device is None else Device.parse(device)
+    except ValueError:
         fail_usage(f"{flag} must be auto, cpu, cuda or cuda:N, not {device!r}")
-    return device
 
 
 def load_problem(path: Path, flag: str = "--problem") -> Problem:

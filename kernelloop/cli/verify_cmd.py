@@ -90,6 +90,7 @@ def prestart_workers(device: str, workspace: Path | None, time_it: bool) -> None
     """Start the verifier's sandbox workers before this process imports torch, so the three imports
     run at once (tools/verify/workers.py). `auto` is guessed without torch (NVML): where torch then
     decides otherwise, the verifier starts its own and the prestarted ones are closed unused."""
+    from kernelloop.config.units import Device
     from kernelloop.config.workspace import workspace_dir
     from kernelloop.tools.verify import workers
 
@@ -97,11 +98,14 @@ def prestart_workers(device: str, workspace: Path | None, time_it: bool) -> None
         from kernelloop.tools.profile.gpu import visible_gpu_count
 
         device = "cuda" if visible_gpu_count() > 0 else "cpu"
-    kind, _, index = device.partition(":")
-    if kind == "cpu" and not index:
+    try:
+        parsed = Device.parse(device)
+    except ValueError:  # the flag's own check says so, in one line
+        return
+    if parsed.kind == "cpu":
         workers.prestart("cpu", workspace_dir(workspace), None, time_it=False)
-    elif kind == "cuda" and (not index or index.isdigit()):
-        workers.prestart("cuda", workspace_dir(workspace), int(index or 0), time_it=time_it)
+    elif parsed.kind == "cuda":
+        workers.prestart("cuda", workspace_dir(workspace), parsed.gpu or 0, time_it=time_it)
 
 
 def print_timings(verdict: Verdict) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
@@ -42,7 +42,10 @@ from kernelloop.records import Verdict
 from kernelloop.sandbox.isolation import GPU_MEMORY_FRACTION_ENV, MODE_ENV, IsolationError, choose_mode
 from kernelloop.sandbox.runner import PRELOAD_ENV
 from kernelloop.tools.verify.build_stage import BuildStage, Built, cuda_arch_list, wants_build
-from kernelloop.tools.verify.verifier import Verifier, precheck, split_device
+from kernelloop.tools.verify.verifier import Verifier, VerifierOptions, precheck, split_device
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 RAY_HINT = "install the optional extra: pip install 'kernelloop[ray]' (ray>=2.30,<3)"
 AFFINITY_PROBLEMS = 64  # problems remembered per worker when choosing one that has the reference cached
@@ -261,7 +264,8 @@ class LocalPool(VerifierPool):
     """
 
     def __init__(self, devices: Sequence[str], workspace: str | Path | None = None, start_now: bool | None = None,
-                 workers_per_device: int = 1, compile_workers: int | None = None, **verifier_options: Any):
+                 workers_per_device: int = 1, compile_workers: int | None = None,
+                 **verifier_options: Unpack[VerifierOptions]):
         kinds = {split_device(d)[0] for d in devices}
         if not devices or len(kinds) != 1 or not kinds <= {"cpu", "cuda"} or len(set(devices)) != len(devices):
             raise PoolError(f"a local pool needs distinct devices of one kind ('cpu' or 'cuda:N'), got {list(devices)}")
@@ -334,7 +338,7 @@ def _import_ray():
 class _VerifierActor:
     """Lives in a Ray worker: one Verifier on the GPU Ray gave this actor (or on the CPU)."""
 
-    def __init__(self, device: str, workspace: str, index: int, options: dict[str, Any]):
+    def __init__(self, device: str, workspace: str, index: int, options: VerifierOptions):
         # Ray sets CUDA_VISIBLE_DEVICES to this actor's one GPU, which is cuda:0 here; the sandbox
         # gives each job that entry of it (sandbox/runner.child_visible_device).
         gpu_index = 0 if device == "cuda" else None
@@ -402,7 +406,7 @@ class RayPool(VerifierPool):
     """
 
     def __init__(self, address: str = "auto", device: str = "auto", *, workspace: str | Path | None = None,
-                 cpu_workers: int = 1, verify_on: str | None = None, **verifier_options: Any):
+                 cpu_workers: int = 1, verify_on: str | None = None, **verifier_options: Unpack[VerifierOptions]):
         _check_reachable(address)
         ray = _import_ray()
         self._ray = ray
@@ -423,7 +427,7 @@ class RayPool(VerifierPool):
             raise
 
     def _start_actors(self, device: str, workspace: str | Path | None, cpu_workers: int, verify_on: str | None,
-                      options: dict[str, Any]) -> None:
+                      options: VerifierOptions) -> None:
         ray = self._ray
         gpus = int(ray.cluster_resources().get("GPU", 0))
         placed = "cuda" if device == "auto" and gpus else "cpu" if device == "auto" else device
@@ -505,15 +509,17 @@ class RayPool(VerifierPool):
 
 
 def make_pool(device: str = "auto", ray: str | None = None, *, workspace: str | Path | None = None,
-              workers_per_device: int = 1, **verifier_options: Any) -> VerifierPool:
+              workers_per_device: int = 1, compile_workers: int | None = None,
+              **verifier_options: Unpack[VerifierOptions]) -> VerifierPool:
     """The pool for `--device DEVICE [--ray ADDRESS]`: local GPUs (or the CPU) unless `ray` names a cluster.
     workers_per_device > 1 (local only) needs time_it=False on a GPU (LocalPool).
 
     verifier_options go to every Verifier (strict, time_it, compile_timeout_s, run_timeout_s, ...).
+    compile_workers: the local pool's compile stage (LocalPool); a Ray pool has none.
     """
     if ray:
         if workers_per_device != 1:
             raise PoolError("--workers-per-gpu is for local GPUs; a Ray pool has one actor per GPU")
         return RayPool(ray, device, workspace=workspace, **verifier_options)
     return LocalPool(local_devices(device), workspace=workspace, workers_per_device=workers_per_device,
-                     **verifier_options)
+                     compile_workers=compile_workers, **verifier_options)

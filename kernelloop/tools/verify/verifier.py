@@ -52,6 +52,23 @@ DEFAULT_TRIALS = 3
 CPU_MEMORY_LIMIT_BYTES = 16 << 30
 
 
+class VerifierOptions(TypedDict, total=False):
+    """What a pool passes to each of its Verifiers (their settings, not where they run)."""
+
+    strict: bool
+    time_it: bool
+    compile_timeout_s: float
+    run_timeout_s: float
+    trials: int
+    keep_jobs: bool
+    full_baselines: bool
+    static_checks: bool
+    standby: bool
+    gpu_compare: bool
+    fresh_timing: bool
+    rehearse_timing: bool
+
+
 class _Timeouts(TypedDict, total=False):
     """The Verifier's time limits, where a caller sets them."""
 
@@ -60,7 +77,8 @@ class _Timeouts(TypedDict, total=False):
 
 
 def split_device(device: str) -> tuple[str, int | None]:
-    """'cuda:1' -> ('cuda', 1); 'cpu' -> ('cpu', None): a Verifier's (device, gpu_index)."""
+    """'cuda:1' -> ('cuda', 1); 'cpu' -> ('cpu', None): a Verifier's (device, gpu_index), of a device
+    string already checked where it entered (config.units.Device)."""
     kind, _, index = device.partition(":")
     return kind, int(index) if index else None
 
