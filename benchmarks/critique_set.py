@@ -142,7 +142,7 @@ def _provenance() -> dict:
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1:] \
         if ncu else []
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                            text=True).stdout.strip() if torch.cuda.is_available() else ""
+                            text=True).stdout.split("\n")[0].strip() if torch.cuda.is_available() else ""
     return {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "driver": driver,
             "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
             "ncu": version[0] if version else None, "ncu_usable": ncu_available()[1],
@@ -238,7 +238,8 @@ def _provenance_lines(raws: list[dict]) -> list[str]:
     lines = []
     for key, names in calls.items():
         p = json.loads(key)
-        lines.append(f"- {p['date']}, {p['device']} (driver {p['driver']}, torch {p['torch']}, triton {p['triton']}, "
+        driver = str(p["driver"]).split()[0] if str(p["driver"]).split() else "?"  # nvidia-smi prints one a GPU
+        lines.append(f"- {p['date']}, {p['device']} (driver {driver}, torch {p['torch']}, triton {p['triton']}, "
                      f"ncu {p['ncu']}: {p['ncu_usable']}), `{p['command']}`: {', '.join(names)}")
     return lines
 

@@ -62,7 +62,7 @@ def test_a_cause_without_its_facts_is_counted_wrong():
     assert wrong_causes(fault, "the row stride (or row offset) is wrong", verdict) == ["row_stride"]
 
 
-RECORDED = FAULTS[0].candidate.parent / "recorded_h100"
+RECORDED = FAULTS[0].candidate.parent / "recorded_gpu"
 
 
 def _recorded_critique(part: str, name: str) -> str:

@@ -84,7 +84,7 @@ def test_the_critique_set_report_is_made_again_from_its_h100_recordings(tmp_path
     """docs/results/critique_set: the table and every critique, from the verdicts kept as fixtures."""
     from benchmarks import critique_set  # its dataclasses need a module in sys.modules, unlike _script's
 
-    raw = RESULTS.parents[1] / "tests" / "fixtures" / "faulty_kernels" / "recorded_h100"
+    raw = RESULTS.parents[1] / "tests" / "fixtures" / "faulty_kernels" / "recorded_gpu"
     assert critique_set.report(raw, docs=tmp_path) == 0  # no fact missed
     shipped = RESULTS / "critique_set"
     for made in tmp_path.rglob("*.md"):

@@ -14,7 +14,7 @@ import torch
 
 from benchmarks.critique_set import FAULTS, _before_reruns, critique_text, found_and_missed, wrong_causes
 
-RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "faulty_kernels" / "recorded_h100"
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "faulty_kernels" / "recorded_gpu"
 GPU_FAULTS = [fault for fault in FAULTS if fault.where == "gpu"]
 
 
