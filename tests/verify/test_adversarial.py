@@ -173,6 +173,10 @@ _REDTEAM3 = {
     "redteam3_view_drops_copy": "a reference copy the candidate skips by returning a view counts as a copy taken over",
     "redteam3_copy_kernel_then_torch": "an own kernel that only copies the input passes the decoy check, and the op "
                                        "rule matches names (clamp_min is not relu)",
+    "redteam3_ext_gate_one": "a load_inline function returning a 1.0 gate passes the perturb run, and the op rule "
+                             "matches names (clamp_min is not relu)",
+    "redteam3_relu_into_out_cpp": "an honest load_inline function that writes into an output it is handed and "
+                                  "returns nothing reads as a decoy (perturb disturbs returned tensors only)",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_REDTEAM3)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_REDTEAM3)
