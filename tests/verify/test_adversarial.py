@@ -165,21 +165,17 @@ def corpus_files() -> list[Path]:
 
 # Attacks a red team found open, kept in the corpus with the verdict they must get once fixed: each is an
 # expected failure (strict, so a fix shows as XPASS and its entry must go). Stem -> what is open.
-_REDTEAM3 = {
-    "redteam3_grid_hides_torch": "torch ops in a launch's grid callable run while the recorder is off (harness.py's "
-                                 "_disable_current_modes around the whole run)",
+_OPEN = {
     "redteam3_perturb_spills_to_torch": "the perturb run's noise on a launch's input stays there for torch to read "
                                         "after the launch, so a flag kernel handed the input passes",
-    "redteam3_view_drops_copy": "a reference copy the candidate skips by returning a view counts as a copy taken over",
     "redteam3_copy_kernel_then_torch": "an own kernel that only copies the input passes the decoy check, and the op "
                                        "rule matches names (clamp_min is not relu)",
-    "redteam3_ext_gate_one": "a load_inline function returning a 1.0 gate passes the perturb run, and the op rule "
-                             "matches names (clamp_min is not relu)",
-    "redteam3_relu_into_out_cpp": "an honest load_inline function that writes into an output it is handed and "
-                                  "returns nothing reads as a decoy (perturb disturbs returned tensors only)",
+    # Left open while closing the count rule's false rejections (redteam3 found what the closing opened):
+    "own_transpose_triton": "copies are not counted as work taken over (a view that drops the reference's copy read "
+                            "as one), so an own kernel doing the reference's copy is read as leaving the work to torch",
 }
-OPEN_WITH_RULES: dict[str, str] = dict(_REDTEAM3)
-OPEN_WITHOUT_RULES: dict[str, str] = dict(_REDTEAM3)
+OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
+OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
 
 
 def _open_marks(path: Path, open_attacks: dict[str, str]) -> list:

@@ -34,17 +34,3 @@ def test_counts_from_the_childs_process_are_checked():
     assert claimed_counts(["relu", "mul"]) == {"relu": 1, "mul": 1}
     assert claimed_counts("add_") == {}
 
-
-def test_a_copy_its_own_kernel_makes_instead_of_torch_is_work_taken_over():
-    """A leaderboard ShuffleNet's own kernel did all 13 channel shuffles; the reference makes each
-    with transpose().contiguous() (a clone), and every compute op kept its count."""
-    compute = {"convolution": 3, "relu": 2}
-    reference = {**compute, "clone": 13}
-
-    def shuffled(clones):
-        return claimed_work(["shuffle"], sorted(compute), set(compute), [], False, BASE,
-                            reference_counts=reference, candidate_counts={**compute, "clone": clones})
-
-    assert shuffled(0) is None
-    verdict = shuffled(13)
-    assert verdict is not None and verdict.code is Code.leaves_work_to_torch

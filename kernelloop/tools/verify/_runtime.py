@@ -26,9 +26,6 @@ NON_COMPUTE_OPS = frozenset({
     "_local_scalar_dense", "item", "sym_size", "sym_stride", "sym_numel", "is_contiguous",
     "unsafe_split", "narrow", "diagonal", "movedim", "unflatten", "expand_as", "resize_", "set_",
 })
-# Of those, the ones that move data (a materialised copy): work an own kernel may take over (a
-# channel shuffle's transpose().contiguous()), counted apart from the compute ops.
-COPY_OPS = frozenset({"clone", "copy_", "_to_copy"})
 
 
 class OpRecorder(TorchDispatchMode):
@@ -47,10 +44,6 @@ class OpRecorder(TorchDispatchMode):
         replaces 8 of 28 `add_` calls still runs `add_`, and has done part of the work itself)."""
         return {op: self.ops[op] for op in sorted(self.ops)
                 if op.rstrip("_") not in NON_COMPUTE_OPS and op not in NON_COMPUTE_OPS}
-
-    def copy_ops(self) -> dict[str, int]:
-        """The copies it made (COPY_OPS), with how many times each ran."""
-        return {op: self.ops[op] for op in sorted(self.ops) if op in COPY_OPS}
 
 
 @contextmanager

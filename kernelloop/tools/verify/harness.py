@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 import triton  # noqa: F401  (preloaded so each fork starts warm)
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _disable_current_modes
 
 from kernelloop.errors import error_line
 from kernelloop.problem import import_source
@@ -99,10 +98,7 @@ class LaunchCounter:
             name = f"triton:{getattr(self_.fn, '__name__', 'kernel')}"
             if not kwargs.get("warmup", False):
                 counter.launches[name] += 1
-            # Not recorded as the candidate's torch ops: what Triton dispatches itself to launch (on the
-            # CPU the interpreter copies every tensor a kernel writes back with copy_).
-            with _disable_current_modes():
-                kernel = original_run(self_, *args, **kwargs)
+            kernel = original_run(self_, *args, **kwargs)
             if name not in counter.facts and not kwargs.get("warmup", False):
                 counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
             return kernel
@@ -128,16 +124,6 @@ class LaunchCounter:
                     self.saved[key] = (value, value.detach().clone())
                 with torch.no_grad():
                     value.add_(torch.randn_like(value).mul_(1.0 + float(value.detach().abs().mean())))
-
-    def noisy(self, result: Any) -> Any:
-        """An own extension function's result with noise on every floating tensor (new tensors; the
-        decoy check's "perturb" run): a forward still right with it never used that result."""
-        if isinstance(result, torch.Tensor) and result.is_floating_point() and result.numel():
-            with torch.no_grad():
-                return result + torch.randn_like(result).mul_(1.0 + float(result.detach().abs().mean()))
-        if isinstance(result, (tuple, list)):
-            return type(result)(self.noisy(item) for item in result)
-        return result
 
     def restore(self) -> None:
         with torch.no_grad():
@@ -185,8 +171,7 @@ class _CountedExtension:
 
         def call(*args, **kwargs):
             self._counter.launches[f"ext:{name}"] += 1
-            result = attr(*args, **kwargs)
-            return self._counter.noisy(result) if self._counter.mode == "perturb" else result
+            return attr(*args, **kwargs)
 
         return call
 
@@ -462,7 +447,7 @@ class _CandidateSession:
                   {"disturbed": [d is not None for d in disturbed]})
         # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
-        self.channel.send({"trials": {"ops": recorder.compute_ops(), "copies": recorder.copy_ops(), **self.claims()}})
+        self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
         return None
 
     def rerun(self, asked: dict) -> dict[str, Any]:
@@ -485,16 +470,15 @@ class _CandidateSession:
 
     def decoy_runs(self) -> list[list | None]:
         """The first set's outputs twice more for the parent's decoy check: with every Triton launch
-        skipped, and with noise added to every floating tensor each Triton launch is given (a flag a
-        kernel only sets still gets set; what a real kernel reads is wrong) and to every floating
-        tensor each own extension function (load_inline) returns. A forward still right either way
-        left the work to something else. None for a run that fails, which is what disturbing a
-        kernel that matters usually does, or that does not apply (no Triton kernel to skip);
-        none at all for multi-GB outputs."""
-        own = {name.split(":", 1)[0] for name in self.counter.launches}
-        if not self.job.get("decoy_check", True) or not own & {"triton", "ext"}:
+        skipped, and with noise added to every floating tensor each launch is given (a flag a
+        kernel only sets still gets set; what a real kernel reads is wrong). A forward still right
+        either way left the work to something else. None for a run that fails, which is what
+        disturbing a kernel that matters usually does; none at all for multi-GB outputs.
+        Extension functions (load_inline) are not disturbed: noise on what one returns reads an
+        honest function that writes into an output it is handed as a decoy (redteam3)."""
+        if not self.job.get("decoy_check", True) or not any(name.startswith("triton:") for name in self.counter.launches):
             return [None, None]
-        return [self._run_disturbed("skip") if "triton" in own else None, self._run_disturbed("perturb")]
+        return [self._run_disturbed("skip"), self._run_disturbed("perturb")]
 
     def _run_disturbed(self, mode: str) -> list | None:
         self.counter.mode = mode

@@ -40,7 +40,6 @@ class Made:
     warnings: list[str]
     round_off: dict[int, float] = field(default_factory=dict)  # output -> its own error against float64 (degenerate)
     op_counts: dict[str, int] = field(default_factory=dict)  # each of `ops`: how many times the reference ran it
-    copy_counts: dict[str, int] = field(default_factory=dict)  # the copies it made (clone, copy_), counted
 
 
 CLOSE_WAIT_S = 1.0
@@ -68,7 +67,6 @@ class ReferenceServer:
                                                 file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
         self.ops: list[str] = []
         self.op_counts: dict[str, int] = {}
-        self.copy_counts: dict[str, int] = {}
         self.warnings: list[str] = []
         self._ahead: list[str] = []  # requests sent ahead whose answers have not been read yet
         self._answers: dict[str, dict] = {}
@@ -144,11 +142,11 @@ class ReferenceServer:
         answer = self.ask("make", request)
         outputs = self._outputs(outputs_path)
         if answer.get("ops"):
-            self.op_counts, self.copy_counts = claimed_counts(answer["ops"]), claimed_counts(answer.get("copies"))
+            self.op_counts = claimed_counts(answer["ops"])
             self.ops = sorted(self.op_counts)
         self.warnings = list(answer.get("warnings") or [])
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
-        return Made(inputs_path, outputs, self.ops, self.warnings, round_off, self.op_counts, self.copy_counts)
+        return Made(inputs_path, outputs, self.ops, self.warnings, round_off, self.op_counts)
 
     def regen(self, seed: int, calls: int, indices: list[int]) -> list[list]:
         """The reference's outputs on the values of calls `indices` of a timed request of `calls`

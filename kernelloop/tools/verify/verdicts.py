@@ -74,9 +74,11 @@ def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: s
     """Rules on what the candidate's process says it ran. Claims: it can only lie its way out of
     these, never into a speed it doesn't have (speed and correctness are decided by the parent).
     It leaves the work to torch when it runs every compute op of the reference at least as many
-    times as the reference does, and its copies (clone, copy_) too (where counts are known): an op it
-    runs fewer times is work its own kernels took over (a ResNet whose 8 residual adds are its own
-    still runs BatchNorm's add_; a ShuffleNet whose channel shuffle is its own makes fewer copies)."""
+    times as the reference does (where counts are known): an op it runs fewer times is work its own
+    kernels took over (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_).
+    Copies are not counted: a candidate that returns a view where the reference makes a copy would
+    read as having taken the copy over (redteam3), so a ShuffleNet whose own kernel does the
+    channel shuffle is still rejected."""
     if not launches:
         return rejected(Code.no_own_kernel,
                         "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",

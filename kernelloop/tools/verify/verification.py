@@ -229,11 +229,8 @@ class Verification:
         cand_ops = set(cand_counts)
         library_ops = sorted(set(made.ops) & cand_ops)
         base: VerdictBase = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
-        # Copies count as work taken over too (a channel shuffle's kernel instead of transpose().contiguous()):
-        # its own kernels' results matter, or the decoy check rejects it.
         broken = verdicts.claimed_work(launches, made.ops, cand_ops, library_ops, self.verifier.strict, base,
-                                       reference_counts={**made.copy_counts, **made.op_counts},
-                                       candidate_counts={**claimed_counts(trials.get("copies")), **cand_counts})
+                                       reference_counts=made.op_counts, candidate_counts=cand_counts)
         if broken is not None:
             return broken
 
