@@ -93,12 +93,12 @@ class LaunchCounter:
         def run(self_, *args, **kwargs):
             if counter.mode == "skip":
                 return None
-            if counter.mode == "perturb":
-                counter.perturb([*args, *kwargs.values()])
+            noised = counter.perturb([*args, *kwargs.values()]) if counter.mode == "perturb" else []
             name = f"triton:{getattr(self_.fn, '__name__', 'kernel')}"
             if not kwargs.get("warmup", False):
                 counter.launches[name] += 1
             kernel = original_run(self_, *args, **kwargs)
+            counter.unperturb(noised)
             if name not in counter.facts and not kwargs.get("warmup", False):
                 counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
             return kernel
@@ -116,14 +116,28 @@ class LaunchCounter:
         for cls, (original_run, counted_run) in self._runs.items():
             cls.run = _own_first(original_run, counted_run)
 
-    def perturb(self, values: list) -> None:
+    def perturb(self, values: list) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Noise on every floating tensor a launch is given; (tensor, before, noised) for unperturb."""
+        noised = []
         for value in values:
             if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
                 key = value.data_ptr()
                 if key not in self.saved:  # the original, once: autotuning may launch again
                     self.saved[key] = (value, value.detach().clone())
                 with torch.no_grad():
+                    before = value.detach().clone()
                     value.add_(torch.randn_like(value).mul_(1.0 + float(value.detach().abs().mean())))
+                    noised.append((value, before, value.detach().clone()))
+        return noised
+
+    @staticmethod
+    def unperturb(noised: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+        """Right after the launch, each tensor back as it was wherever the kernel left the noise: only
+        what it wrote carries the noise on, so torch reads clean inputs after it (a flag kernel handed
+        the input, with torch doing the work, was not a decoy while torch read the noise: redteam3)."""
+        with torch.no_grad():
+            for value, before, was in noised:
+                value.copy_(torch.where(value == was, before, value))
 
     def restore(self) -> None:
         with torch.no_grad():
