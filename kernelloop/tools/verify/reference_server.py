@@ -36,10 +36,13 @@ class Made:
 
     inputs_path: Path
     outputs: list[list]
-    ops: list[str]
+    op_counts: dict[str, int]  # the reference's compute ops, with how many times each ran
     warnings: list[str]
     round_off: dict[int, float] = field(default_factory=dict)  # output -> its own error against float64 (degenerate)
-    op_counts: dict[str, int] = field(default_factory=dict)  # each of `ops`: how many times the reference ran it
+
+    @property
+    def ops(self) -> list[str]:
+        return sorted(self.op_counts)
 
 
 CLOSE_WAIT_S = 1.0
@@ -65,7 +68,6 @@ class ReferenceServer:
                                                  "problem_path": str(problem_file(problem, self.job_dir))},
                                                 self.job_dir, timeout_s, timeout_s, phases=(),
                                                 file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
-        self.ops: list[str] = []
         self.op_counts: dict[str, int] = {}
         self.warnings: list[str] = []
         self._ahead: list[str] = []  # requests sent ahead whose answers have not been read yet
@@ -143,10 +145,9 @@ class ReferenceServer:
         outputs = self._outputs(outputs_path)
         if answer.get("ops"):
             self.op_counts = claimed_counts(answer["ops"])
-            self.ops = sorted(self.op_counts)
         self.warnings = list(answer.get("warnings") or [])
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
-        return Made(inputs_path, outputs, self.ops, self.warnings, round_off, self.op_counts)
+        return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off)
 
     def regen(self, seed: int, calls: int, indices: list[int]) -> list[list]:
         """The reference's outputs on the values of calls `indices` of a timed request of `calls`

@@ -12,6 +12,9 @@ exactly as before."""
 from __future__ import annotations
 
 import symtable
+from pathlib import Path
+
+from kernelloop.problem import import_source
 
 _MODULE_DUNDERS = {"__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__",
                    "__annotations__"}
@@ -56,9 +59,5 @@ def reference_names(job: dict) -> dict[str, object]:
     wanted = job.get("reference_names")
     if not wanted or not isinstance(job.get("reference_path"), str):
         return {}
-    from pathlib import Path
-
-    from kernelloop.problem import import_source
-
     module = import_source(Path(job["reference_path"]), "kernelloop_reference_names")
     return {name: getattr(module, name) for name in wanted if isinstance(name, str) and hasattr(module, name)}
