@@ -184,6 +184,9 @@ class TimingStats(Record):
     # kept, the digests, the request's round trip), per call, timed alone in the trusted job and
     # already taken off host_ms_per_call
     overhead_ms_per_call: float | None = None
+    host_spread: float | None = None  # relative half-range of the per-window back-to-back times
+    counted_ms: float | None = None  # the time its speed counts (tools/verify/speed.py, counted_ms)
+    clock: str = ""  # which clock gave counted_ms: "events" or "parent clock"
 
 
 @dataclass
@@ -212,6 +215,7 @@ class Measurement(Record):
     samples_ms: dict[str, list[float]]
     # the parent's clock around back-to-back calls in each child, ended by a device-wide synchronize
     host_ms_per_call: dict[str, float] = field(default_factory=dict)
+    host_windows_ms: dict[str, list[float]] = field(default_factory=dict)  # per side, each window's per-call time
     back_to_back_calls: int = 0
     # the candidate's per-call work besides its forward (the window's sets written, its output kept,
     # the digests), timed the same way in the trusted job and taken off its back-to-back time
@@ -446,7 +450,7 @@ class Verdict(Record):
     # What held for the candidate's job, measured from outside it (sandbox/confine.py): `isolated`,
     # and where not, `why`; the job's uid on the host, capabilities, seccomp, its own namespaces.
     containment: dict[str, Any] = field(default_factory=dict)
-    speed_source: str = ""  # where `speedup` comes from: "events (confirmed by the parent's clock)" or "parent clock"
+    speed_source: str = ""  # one line: which clock (events or the parent's) decided each side's time, and the times
     # outputs whose reference is zero or its own round-off (compare.py): judged by the absolute tolerance
     # only, so a kernel of zeros is as right; such a verdict is never a win
     degenerate_outputs: list[int] = field(default_factory=list)

@@ -28,7 +28,7 @@ DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)  # writes t
 
 WORKSPACE_HELP = "workspace dir (default $KERNELLOOP_HOME, kernelloop.toml's home, or ./.kernelloop)"
 FRESH_TIMING_HELP = ("every timed call on fresh values, outputs of timed calls picked at random checked (catches memos "
-                     "of inputs seen before); opt-in until measured on a GPU (benchmarks/fresh_values.py)")
+                     "of inputs seen before); --no-fresh-timing times the trial sets in turn, which a memo can fool")
 DEVICE_HELP = f"auto (every GPU, else cpu), cpu (correctness only), cuda or cuda:N [default: {defaults.DEVICE}]"
 BUDGET_HELP = f"wall-clock budget: 90s, 15m, 1h30m or 1h 30m [default: {format_duration(defaults.BUDGET_S)}]"
 TARGET_HELP = (f"stop at this speedup over the baseline; 'none': the first correct kernel "

@@ -50,7 +50,7 @@ console = Console()
 
 
 def _open_pool(device: str, ray: str | None, workspace: Path | None, timing: bool = True,
-               workers_per_gpu: int = 1, fresh_timing: bool = False) -> VerifierPool:
+               workers_per_gpu: int = 1, fresh_timing: bool = True) -> VerifierPool:
     """The verifier workers of this bench: workers_per_gpu per local GPU (or the CPU), or Ray actors with --ray."""
     from kernelloop.tools.verify.pool import make_pool
 
@@ -188,7 +188,7 @@ def bench(
                                              "or a KernelBench checkout's level{L}/{N}_Name.py"),
     baselines_only: bool = typer.Option(False, "--baselines-only", help="time eager, compile and problem baselines only"),
     timing: bool = typer.Option(True, "--timing/--no-timing", help="--no-timing: correctness only, no speed measured"),
-    fresh_timing: bool = typer.Option(False, "--fresh-timing", help=FRESH_TIMING_HELP),
+    fresh_timing: bool = typer.Option(True, "--fresh-timing/--no-fresh-timing", help=FRESH_TIMING_HELP),
     workers_per_gpu: int = typer.Option(1, "--workers-per-gpu", min=1, help="verifier workers sharing each GPU "
                                         "(more than 1 needs --no-timing: a timed candidate has its GPU alone)"),
     stop_after: str | None = typer.Option(None, "--stop-after", help="start no candidate after this long (e.g. 8m); "
@@ -216,8 +216,6 @@ def bench(
         fail_usage("--list and --problems-dir go together")
     if baselines_only and not timing:
         fail_usage("--baselines-only times baselines: it can't be --no-timing")
-    if fresh_timing and not timing:
-        fail_usage("--fresh-timing is how candidates are timed: it can't be --no-timing")
     if workers_per_gpu > 1 and timing:
         fail_usage(f"--workers-per-gpu {workers_per_gpu} needs --no-timing: a timed candidate has its GPU alone")
     if workers_per_gpu > 1 and ray is not None:

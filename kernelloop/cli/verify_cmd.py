@@ -169,7 +169,7 @@ def verify(
     json_out: bool = typer.Option(False, "--json", help="print the verdict as one JSON object"),
     strict: bool = typer.Option(False, help="reject any reference compute op still run through torch"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="measure speed (GPU only)"),
-    fresh_timing: bool = typer.Option(False, "--fresh-timing", help=FRESH_TIMING_HELP),
+    fresh_timing: bool = typer.Option(True, "--fresh-timing/--no-fresh-timing", help=FRESH_TIMING_HELP),
     timeout: float | None = typer.Option(None, min=1, help=f"seconds allowed for each of the compile and run phases "
                                          f"[default: {defaults.COMPILE_TIMEOUT_S:g} s to compile, "
                                          f"{defaults.RUN_TIMEOUT_S:g} s to run]", show_default=False),

@@ -292,14 +292,23 @@ def test_fresh_values_go_in_before_each_timed_call_and_its_output_is_kept_after_
 
 def test_a_back_to_back_time_per_call_is_the_median_window_less_its_overhead():
     """One window's stray milliseconds (a collection, a walk of a dir) do not move the per-call time;
-    the overhead run is taken off window by window; never below the floor."""
-    from kernelloop.tools.verify.timing_driver import MIN_HOST_MS, per_call_ms
+    the overhead run is taken off window by window; a window its overhead outlasts is no time at all
+    (never a made-up floor), and the sides whose windows disagree are the ones to measure again."""
+    from kernelloop.tools.verify.timing_driver import Windows
 
     calls = 21
-    steady = per_call_ms([3.0, 3.1, 2.9, 3.0], [2.3, 2.4, 2.2, 2.3], calls)
-    assert steady == pytest.approx(0.7 / calls)
-    with_stray = per_call_ms([3.0, 3.1, 9.0, 3.0], [2.3, 2.4, 2.2, 2.3], calls)
-    assert with_stray == pytest.approx(steady, rel=0.1)
-    assert per_call_ms([2.0], [2.5], calls) == MIN_HOST_MS
+    steady = Windows(calls, {"candidate": [3.0, 3.1, 2.9, 3.0], "eager": [4.0, 4.0, 4.0, 4.0]}, [2.3, 2.4, 2.2, 2.3])
+    assert steady.per_call()["candidate"] == pytest.approx(0.7 / calls)
+    assert steady.per_call()["eager"] == pytest.approx(1.7 / calls)
+    assert steady.unresolved() == [] and steady.notes() == []
+    with_stray = Windows(calls, {"candidate": [3.0, 3.1, 9.0, 3.0], "eager": [4.0] * 4}, [2.3, 2.4, 2.2, 2.3])
+    assert with_stray.per_call()["candidate"] == pytest.approx(0.7 / calls, rel=0.1)
+    swamped = Windows(calls, {"candidate": [2.0, 2.6], "eager": [4.0, 4.0]}, [2.5, 2.5])
+    assert swamped.per_window["candidate"] == [0.0, pytest.approx(0.1 / calls)]
+    assert swamped.unresolved() == ["candidate"] and "candidate's calls could not be told apart" in swamped.notes()[0]
+    assert steady.overhead_ms_per_call() == pytest.approx(2.3 / calls)
+    plain = Windows(calls, {"candidate": [2.1, 2.1], "eager": [4.2, 4.2]}, [])  # no fresh values: nothing to take off
+    assert plain.per_call() == {"candidate": pytest.approx(0.1), "eager": pytest.approx(0.2)}
+    assert plain.overhead_ms_per_call() is None
     with pytest.raises(ValueError):
-        per_call_ms([3.0, 3.0], [2.0], calls)
+        Windows(calls, {"candidate": [3.0, 3.0], "eager": [4.0, 4.0]}, [2.0]).per_call()

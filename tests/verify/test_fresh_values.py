@@ -254,6 +254,24 @@ def test_kept_copies_their_digests_and_their_bytes_back_as_tensors():
     assert kept.digests() == []
 
 
+def test_outputs_kept_at_once_after_a_window_are_those_kept_one_by_one():
+    """`keep_all` (a window's held outputs, after its calls) keeps what `keep` after each call keeps,
+    bit for bit, and refuses calls whose outputs share memory (a buffer returned each call)."""
+    specs = [[[3, 5], "float32"], [[7], "float16"]]
+    calls = [[torch.randn(3, 5), torch.randn(7).half()] for _ in range(4)]
+    one_by_one, at_once = Kept(specs, 4, "cpu"), Kept(specs, 4, "cpu")
+    for outputs in calls:
+        one_by_one.keep(outputs)
+    assert at_once.keep_all(calls) and at_once.count == 4
+    assert at_once.digests() == one_by_one.digests()
+    shared = torch.randn(3, 5)
+    assert not Kept(specs, 4, "cpu").keep_all([[shared, torch.randn(7).half()], [shared, torch.randn(7).half()]])
+    overhead = Kept(specs, 4, "cpu")
+    assert overhead.keep_all([calls[0]] * 4, shared_ok=True) and overhead.digests()[0] == overhead.digests()[3]
+    with pytest.raises(ValueError, match="not the size"):
+        Kept(specs, 4, "cpu").keep_all([[torch.randn(2, 5), torch.randn(7).half()]])
+
+
 def test_kept_refuses_outputs_unlike_the_trials_and_more_calls_than_it_has_room_for():
     kept = Kept([[[4], "float32"]], calls=1, device="cpu")
     with pytest.raises(ValueError, match="size"):
@@ -367,6 +385,14 @@ def test_a_memo_keyed_by_version_never_hits_on_fresh_values(rehearsal):
     """Keyed by (data_ptr, _version), it answers from its eleventh sighting of a key: every timed call
     runs on values written in place (a new version), so it computes every time and is right."""
     verdict = rehearse(rehearsal, "cheats/memo_attention_by_version.py", "attention.py")
+    assert verdict.status is Status.correct, verdict.reason
+
+
+def test_a_kernel_that_returns_one_buffer_each_call_has_each_output_kept_as_its_call_ends(rehearsal):
+    """Back to back, outputs are held and kept after the calls; a forward that returns the same buffer
+    every call would leave only its last output there, so its window is run again keeping each as its
+    call ends, and its checked calls are right."""
+    verdict = rehearse(rehearsal, "honest/relu_one_buffer_triton.py", "relu.py")
     assert verdict.status is Status.correct, verdict.reason
 
 

@@ -25,8 +25,22 @@ def device_sets(input_sets: list[list], device: str) -> list[list]:
     return [[v.to(device) if isinstance(v, torch.Tensor) else v for v in inputs] for inputs in input_sets]
 
 
-def _caller(fn: Callable, sets: list[list]) -> Callable[[int], object]:
-    return lambda i: fn(*sets[i])
+class Caller:
+    """A timed callable: `caller(i)` runs `fn` on input set i of `sets` (the rounds), `caller.on(inputs)`
+    on any inputs (a back-to-back window's sets)."""
+
+    def __init__(self, fn: Callable, sets: list[list]):
+        self.fn, self.sets = fn, sets
+
+    def __call__(self, i: int) -> object:
+        return self.fn(*self.sets[i])
+
+    def on(self, inputs: list) -> object:
+        return self.fn(*inputs)
+
+
+def _caller(fn: Callable, sets: list[list]) -> Caller:
+    return Caller(fn, sets)
 
 
 def baseline_callables(problem, device: str, sets: list[list], init_seed: int, full: bool,

@@ -212,7 +212,7 @@ def _mix(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor, within: bool, out
     torch.where(mask[..., :1], a[..., :1], a[..., -1:], out=out[..., :1])
 
 
-WINDOW_BYTES = 1 << 30  # device memory for a back-to-back window's input sets, one per call
+WINDOW_BYTES = 2 << 30  # device memory for a back-to-back window's input sets, one per call
 WINDOW_ALIGN = 512  # bytes between sets' starts: the caching allocator's alignment (kernels specialise on it)
 WINDOW_CHUNK_BYTES = 256 << 20  # a window's sets are written this many output bytes at a time
 

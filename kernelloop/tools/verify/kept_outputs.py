@@ -32,7 +32,7 @@ LANE_WORDS = 16  # words each lane folds in turn
 FINAL_STATES = 64  # a slot's last level, hashed on the host
 _MIX1, _MIX2, _IV = 0x3F58476D1CE4E5B9, 0x14D049BB133111EB, 0x1E3779B97F4A7C15  # odd, below 2^63
 _LOW32 = (1 << 32) - 1
-KEPT_BYTES = 1 << 30  # device memory for the copies of one request's outputs
+KEPT_BYTES = 2 << 30  # device memory for the copies of one request's outputs
 MAX_KEPT_CALLS = 2000  # calls one request may keep (their digests, 70 kB, travel in one channel message)
 DIGEST_CHUNK_BYTES = 1 << 30  # kept outputs digested at once (their first level's states are an eighth of this)
 
@@ -220,6 +220,36 @@ class Kept:
                 raise ValueError(f"a timed call's output {index} is not the size of the trials' ({size} bytes)")
             place.copy_(out.detach().reshape(-1).view(torch.uint8))
         self.count += 1
+
+    def keep_all(self, held: list[list], shared_ok: bool = False) -> bool:
+        """After a back-to-back window: every call's outputs (`held`, one forward's flattened outputs
+        per call, as returned) copied into the slots at once, a few launches per output, none between
+        the calls. False (nothing kept) where two calls' outputs share memory: a forward that returns
+        the same buffer each call left only its last output there, so its calls must be kept one by
+        one (`keep`). `shared_ok`: the trusted job's overhead window, whose calls all "return" the
+        reference's one output: the same work, and kept all the same."""
+        calls = [[out for out in outputs if isinstance(out, torch.Tensor)] for outputs in held]
+        if len(calls) > self.calls:
+            raise ValueError(f"more than {self.calls} timed calls in one request")
+        places = {out.untyped_storage().data_ptr() for outputs in calls for out in outputs if out.numel()}
+        if len(places) < sum(1 for outputs in calls for out in outputs if out.numel()) and not shared_ok:
+            return False
+        for outputs in calls:
+            if len(outputs) != len(self.sizes):
+                raise ValueError(f"a timed call returned {len(outputs)} outputs, the trials {len(self.sizes)}")
+        start = 0
+        for index, size in enumerate(self.sizes):
+            rows = []
+            for outputs in calls:
+                out = outputs[index]
+                if out.numel() * out.element_size() != size:
+                    raise ValueError(f"a timed call's output {index} is not the size of the trials' ({size} bytes)")
+                rows.append(out.detach().reshape(-1).view(torch.uint8))
+            if rows and size:
+                self.bytes[:len(rows), start:start + size].copy_(torch.stack(rows))
+            start += size
+        self.count = len(calls)
+        return True
 
     def digests(self) -> list[str]:
         return digest_rows(self.words[:self.count], self.nbytes)

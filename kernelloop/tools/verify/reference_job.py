@@ -321,11 +321,11 @@ class ReferenceJob:
         return {"samples_ms": self._timing.block(rounds)}
 
     def back_to_back(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Back-to-back calls the parent times: eager's, or with `name` "overhead" none at all. With
-        fresh values, each call does what a candidate's call does in its child besides the forward,
-        the same code on the same shapes: the window's sets written when it starts, one per call,
-        a copy of each output kept after it, the digests at the end; the parent takes the
-        "overhead" run (that work alone) off eager's time and the candidate's alike."""
+        """Back-to-back calls the parent times: a baseline's (`name`: eager, compile, a problem's
+        own), or ("overhead") none at all. With fresh values, in the three steps a candidate's
+        window takes in its child, the same code on the same shapes (harness.py `back`): the sets
+        written, the calls (each output held), the outputs kept and digested; the overhead window
+        does the first and last alone, and the parent takes it off every side's window."""
         from kernelloop.tools.profile.timing import back_to_back
 
         name = request.get("name", "eager")
@@ -335,16 +335,20 @@ class ReferenceJob:
         if self.pool is None or self.window is None or self.kept is None:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
         calls, window, kept, like = int(request["calls"]), self.window, self.kept, self.like
-        fn = self._eager_on if name != "overhead" else (lambda inputs: like)
         window.prepare(self.pool.request(int(request["seed"]), calls))
+        synchronize(self.device)
         kept.reset()
-        back_to_back(lambda call: fn(window.inputs(call)), calls, calls,
-                     after=lambda output: kept.keep(flatten_outputs(output)))
+        held: list = []
+        if name != "overhead":
+            fn = self._timing.fns[name].on
+            back_to_back(lambda call: fn(window.inputs(call)), calls, calls, after=held.append)
+        else:
+            held = [like] * calls
+        if not kept.keep_all([flatten_outputs(output) for output in held], shared_ok=name == "overhead"):
+            kept.reset()  # a baseline that returns one buffer: kept call by call, after the fact (its time is taken)
+            for output in held:
+                kept.keep(flatten_outputs(output))
         return {"digests": len(kept.digests())}
-
-    def _eager_on(self, inputs: list) -> Any:
-        """The eager baseline on `inputs`, as its timed callable runs it (measure._caller)."""
-        return self.eager(*inputs)
 
     def regen(self, request: dict[str, Any]) -> dict[str, Any]:
         """The reference's outputs on the values of calls `indices` of a request of `calls` calls made

@@ -99,9 +99,9 @@ class ReferenceServer:
             if kind == until:
                 return
 
-    def _receive(self, kind: str) -> dict:
+    def _receive(self, kind: str, timed: bool = False) -> dict:
         self.session.restart_clock()
-        message = self.session.receive()
+        message = self.session.receive(timed=timed)
         if message is None or not isinstance(message.get(kind), dict):
             result = self.session.finish().result or {}
             if result.get("status") == "not_a_problem":  # the job's own check: one line naming the file
@@ -109,13 +109,14 @@ class ReferenceServer:
             raise ProblemError(f"{self.problem.path}: the reference failed on its device: {self._why()}")
         return message[kind]
 
-    def ask(self, kind: str, request: dict | None) -> dict:
-        """Send one request (or none, for `ready`) and wait for its answer."""
+    def ask(self, kind: str, request: dict | None, timed: bool = False) -> dict:
+        """Send one request (or none, for `ready`) and wait for its answer. `timed`: the parent's clock
+        is around it, so the session's own checks wait until no message is due (JobSession.receive)."""
         self._drain()
         self._answers.clear()
         if request is not None:
             self.session.send({kind: request})
-        return self._receive(kind)
+        return self._receive(kind, timed)
 
     def _why(self) -> str:
         outcome: JobOutcome = self.session.finish()
@@ -172,8 +173,9 @@ class ReferenceServer:
 
     def timed(self, kind: str, request: dict) -> tuple[dict, float]:
         """Ask, and return the answer with the parent's own clock (ms) around it."""
+        self._drain()  # answers sent ahead are read before the clock starts
         started = time.perf_counter()
-        answer = self.ask(kind, request)
+        answer = self.ask(kind, request, timed=True)
         return answer, (time.perf_counter() - started) * 1000.0
 
     def alive(self) -> bool:

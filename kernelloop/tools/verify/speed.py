@@ -13,13 +13,19 @@ from the parent's clock. Rules (each becomes `rejected` with its reason):
   * more device time claimed in a block than the parent's clock saw pass -> "timing contradicted".
 Under the reference's roofline, the speedups are taken only over the rounds whose candidate
 output the parent checked (timed_checks.py), where there are any.
-Event times the parent's clock does not bear out (back to back, a call takes much longer than the
-events claim: host-bound, or a forged timer) give way to the parent clock's speedup, with a
-warning. Speedups above SUSPICIOUS_SPEEDUP and throttled GPUs are marked, not rejected.
+
+One clock rule for every side (`counted_ms`): a side's time is the larger of its event median and
+its back-to-back time by the parent's clock, less PARENT_CLOCK_SLACK of the events (what a window's
+own cost and noise leave in an honest device-bound call). So a device-bound kernel reads its
+events, a host-bound one (or a forged timer) what a caller sees, and between the two the time moves
+smoothly: a 1% change in either clock moves the speedup by at most 1%. The candidate and every
+baseline are measured by the same protocol and counted by the same rule, so a speedup compares like
+with like. Speedups above SUSPICIOUS_SPEEDUP and throttled GPUs are marked, not rejected.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,12 +37,11 @@ SUSPICIOUS_SPEEDUP = 10.0
 HIDDEN_WORK_RATIO = 1.5  # profiler time per call over event time; the events include a cold L2, so honest kernels sit below 1
 HIDDEN_WORK_SLACK_MS = 0.01
 MIN_NON_LIBRARY_SHARE = 0.01  # below 1% of device time in kernels that aren't a library's: a decoy kernel
-HOST_BOUND_RATIO = 1.5  # back-to-back wall time per call over event time (warm L2: device-bound sits below 1)
-HOST_BOUND_SLACK_MS = 0.01
-PARENT_CLOCK_NOISE = 0.05  # a speedup from the parent's clock has no noise floor of its own: claim no less
-EVENTS_CONFIRMED = "events, confirmed by the parent's clock"
-EVENTS_CLAIMED = "events (the candidate's own claim; no parent clock recorded)"
-PARENT_CLOCK = "parent clock (back-to-back calls)"
+HOST_BOUND_RATIO = 1.5  # back to back over events past which the verdict calls a call host-bound (a note, no switch)
+PARENT_CLOCK_SLACK = 0.03  # of a side's events: back-to-back time within this of them is the window's, not the call's
+PARENT_CLOCK_NOISE = 0.05  # the noise of a time counted from a single back-to-back window
+EVENTS = "events"
+PARENT_CLOCK = "parent clock"
 
 
 @dataclass
@@ -58,31 +63,105 @@ class SpeedJudgement:
     speed_source: str = ""
 
 
-def summarize_all(samples_ms: dict[str, list[float]], host_ms: dict[str, float] | None = None) -> dict[str, TimingStats]:
+def summarize_all(samples_ms: dict[str, list[float]], host_ms: dict[str, float] | None = None,
+                  host_windows_ms: dict[str, list[float]] | None = None) -> dict[str, TimingStats]:
+    """Each callable's event statistics, with its back-to-back time where the parent measured one,
+    and the time the clock rule counts (`counted_ms`, `clock`)."""
     stats = {name: timing.summarize(name, values) for name, values in samples_ms.items()}
     for name, value in (host_ms or {}).items():
-        stats[name].host_ms_per_call = value
+        if name in stats:
+            stats[name].host_ms_per_call = value
+    for name, values in (host_windows_ms or {}).items():
+        if name in stats and values:
+            stats[name].host_spread = window_spread(values)
+    for item in stats.values():
+        item.counted_ms, item.clock = counted_ms(item.median_ms, item.host_ms_per_call)
     return stats
+
+
+def counted_ms(event_ms: float, host_ms: float | None) -> tuple[float, str]:
+    """The clock rule: the time a side's speed counts, and which clock gave it. The larger of its
+    event median and its back-to-back time less PARENT_CLOCK_SLACK of the events: continuous in
+    both, the events for a device-bound call, the parent's clock for a host-bound one or a timer
+    that claims less than really passed (at most the slack's worth of a claim survives)."""
+    if host_ms is None:
+        return event_ms, EVENTS
+    seen = host_ms - PARENT_CLOCK_SLACK * event_ms
+    return (seen, PARENT_CLOCK) if seen > event_ms else (event_ms, EVENTS)
+
+
+def window_spread(per_call_ms: list[float]) -> float:
+    """The relative half-range of a side's per-window back-to-back times (PARENT_CLOCK_NOISE for one)."""
+    values = [v for v in per_call_ms if v > 0]
+    if len(values) < 2:
+        return PARENT_CLOCK_NOISE
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / (2 * middle)
+
+
+def clock_line(stats: dict[str, TimingStats], names: list[str]) -> str:
+    """One line: which clock decided each side's time, and why."""
+    parts = []
+    for name in names:
+        item = stats.get(name)
+        if item is None:
+            continue
+        host = item.host_ms_per_call
+        if host is None:
+            parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call (no back-to-back window)")
+        elif item.clock == PARENT_CLOCK:
+            parts.append(f"{name} by the parent's clock, {item.counted_ms:.4f} ms a call back to back "
+                         f"(its events {item.median_ms:.4f} ms)")
+        else:
+            parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call (back to back {host:.4f} ms)")
+    return "; ".join(parts)
+
+
+def _clock_factor(item: TimingStats) -> float:
+    """How much longer the counted time is than the event median (1 where the events decided)."""
+    return (item.counted_ms or item.median_ms) / item.median_ms if item.median_ms > 0 else 1.0
+
+
+def _speedups(samples: dict[str, list[float]], stats: dict[str, TimingStats], rounds: list[int] | None = None) -> dict[str, float]:
+    """Over each baseline: the median of per-round event ratios (rounds paired in time cancel drift),
+    scaled by each side's clock factor, so that where the events decided both it is theirs exactly."""
+    def pick(values: list[float]) -> list[float]:
+        return values if rounds is None else [values[r] for r in rounds]
+
+    candidate = pick(samples[CANDIDATE])
+    return {name: timing.speedup_from_rounds(pick(values), candidate) * _clock_factor(stats[name]) / _clock_factor(stats[CANDIDATE])
+            for name, values in samples.items() if name not in (CANDIDATE, AGAIN)}
+
+
+def _noise(samples: dict[str, list[float]], stats: dict[str, TimingStats]) -> float:
+    """The events' noise (the candidate timed twice in the same rounds), and where the parent's clock
+    decided the candidate's or eager's time, that clock's spread over its windows."""
+    noise = timing.noise_floor(samples[CANDIDATE], samples[AGAIN])
+    for name in (CANDIDATE, EAGER):
+        item = stats.get(name)
+        if item is not None and item.clock == PARENT_CLOCK:
+            noise = max(noise, item.host_spread if item.host_spread is not None else PARENT_CLOCK_NOISE)
+    return noise
 
 
 def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     measurement = Measurement.model_validate(measured)
     samples = measurement.samples_ms
-    stats = summarize_all(samples, measurement.host_ms_per_call)
+    stats = summarize_all(samples, measurement.host_ms_per_call, measurement.host_windows_ms)
     stats[CANDIDATE].overhead_ms_per_call = measurement.fresh_overhead_ms_per_call
     candidate = samples[CANDIDATE]
-    speedups = {name: timing.speedup_from_rounds(values, candidate)
-                for name, values in samples.items() if name not in (CANDIDATE, AGAIN)}
-    noise = timing.noise_floor(candidate, samples[AGAIN])
+    speedups = _speedups(samples, stats)
+    noise = _noise(samples, stats)
     speedup = speedups.get(EAGER)
     judgement = SpeedJudgement(timings={k: v for k, v in stats.items() if k != AGAIN}, speedup=speedup,
                                speedups=speedups, noise_floor=noise,
                                win=timing.is_win(speedup, noise) if speedup else None)
     event_ms = stats[CANDIDATE].median_ms
+    measured_ms = stats[CANDIDATE].counted_ms or event_ms
     roof = dict(measurement.roofline)
     host_ms = stats[CANDIDATE].host_ms_per_call
-    judgement.speed_source = EVENTS_CONFIRMED if host_ms else EVENTS_CLAIMED
-    profile = judgement.profile = profiler.profile_of(measurement, event_ms, event_ms, judgement.speed_source)
+    judgement.speed_source = clock_line(stats, [CANDIDATE, *[n for n in samples if n not in (CANDIDATE, AGAIN)]])
+    profile = judgement.profile = profiler.profile_of(measurement, event_ms, measured_ms, judgement.speed_source)
     profile_ms_per_call = profile.device_ms_total / profiler.PROFILE_ITERS
 
     if profile_ms_per_call > HIDDEN_WORK_RATIO * event_ms + HIDDEN_WORK_SLACK_MS:
@@ -112,9 +191,7 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     if judgement.less_work_than_reference and checked:
         # Doing less work than the reference can be honest (structure) or a skip: its speed stands
         # only on calls whose values were fresh and whose outputs the parent checked one by one.
-        judgement.speedups = speedups = {
-            name: timing.speedup_from_rounds([values[r] for r in checked], [candidate[r] for r in checked])
-            for name, values in samples.items() if name not in (CANDIDATE, AGAIN)}
+        judgement.speedups = speedups = _speedups(samples, stats, checked)
         judgement.speedup = speedup = speedups.get(EAGER)
         judgement.win = timing.is_win(speedup, noise) if speedup else None
         judgement.warnings.append(f"under the reference's roofline: its speed counts only the {len(checked)} timed "
@@ -136,26 +213,12 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
         if judgement.gpu.throttled:
             judgement.warnings.append(f"GPU was throttled during timing ({', '.join(judgement.gpu.throttle_reasons)}): "
                                       "treat the numbers with care")
-    # The candidate's event times are its own claim. They stand where the parent's clock, around
-    # back-to-back calls ended by a device-wide synchronize, bears them out; otherwise the speedup
-    # is the parent clock's. That is honest either way: a host-bound kernel is as slow as a caller
-    # sees it, and a forged timer reads what really passed. Not beside a rejection: hidden work on a
-    # side stream looks host-bound too, and the rejection tells that story.
-    if host_ms and host_ms > HOST_BOUND_RATIO * event_ms + HOST_BOUND_SLACK_MS and not judgement.rejection:
-        eager_host_ms = stats[EAGER].host_ms_per_call if EAGER in stats else None
-        if profile.host_device is None:  # profile_of always fills it in
-            raise RuntimeError("the candidate's profile has no host/device split")
-        judgement.speed_source = profile.host_device.speed_source = PARENT_CLOCK
-        profile.roofline = profiler.roofline_facts(roof, host_ms, measurement.device_name)
-        judgement.speedups = {name: (eager_host_ms if name == EAGER and eager_host_ms else stats[name].median_ms) / host_ms
-                              for name in speedups}
-        judgement.speedup = speedup = judgement.speedups.get(EAGER)
-        noise = judgement.noise_floor = max(noise, PARENT_CLOCK_NOISE)
-        judgement.win = bool(speedup and speedup > 1.0 + noise)
+    # A note, not a switch: the clock rule has already counted what a caller sees. Not beside a
+    # rejection: hidden work on a side stream looks host-bound too, and the rejection tells that story.
+    if host_ms and host_ms > HOST_BOUND_RATIO * event_ms + HIDDEN_WORK_SLACK_MS and not judgement.rejection:
         judgement.warnings.append(
-            f"host-bound or unconfirmed: back to back a call takes {host_ms:.4f} ms by the parent's clock but the "
-            f"candidate's events claim {event_ms:.4f} ms" + (f" (eager: {eager_host_ms:.4f} ms)" if eager_host_ms else "")
-            + "; the speedup is the parent clock's, what a caller sees")
+            f"host-bound: back to back a call takes {host_ms:.4f} ms by the parent's clock but the candidate's "
+            f"events claim {event_ms:.4f} ms; its speed counts the parent clock's time, what a caller sees")
     if speedup and speedup < 1.0 - noise:
         judgement.warnings.append(f"slower than eager: speedup {speedup:.3f}x, below the noise floor ({noise:.3f})")
     elif speedup and not judgement.win:

@@ -15,22 +15,24 @@ What comes from where:
 speed.judge_speed turns these into the verdict's speed: the candidate's event times count only
 where this process's clock bears them out.
 
-Two ways, chosen per verification. Without fresh timing (the default, `checks` None), exactly
-as before fresh values existed (`_drive_plain`): the trial sets in turn, nothing run between
-timed calls, the back-to-back check one window each way; a candidate that recognises those sets
-can memoise (the gap docs/architecture.md states). With it (opt-in, `Verifier(fresh_timing=True)`,
-until benchmarks/fresh_values.py has measured it on a GPU; `_drive_fresh`), no input repeats:
-every timed call, the baselines' and the candidate's, runs on fresh values drawn from a secret
-seed sent with its request (fresh_values.py), so a memo (by address,
-`_version` or content) never meets values it has seen; outputs of the candidate's timed calls
-picked at random after each request are checked against the reference on the same values
-(timed_checks.py). Back to back, each call of a window has an input set of its own, all written
-when the window's request arrives (inside this process's clock: written earlier, every answer
-could be computed untimed) and none refilled between calls (fresh_values.Window); eager's window
-and the candidate's each come with that work (the sets written, the outputs kept, the digests),
-and the same work alone, timed the same way in the trusted job, is taken off both. Known gap, said where it is documented
-(docs/architecture.md): where a loop is bound by the device and that work alone by the host, up to
-the work's host time per call is taken off too much.
+Two ways, chosen per verification. With fresh timing (the default, `checks` given;
+`_drive_fresh`), no input repeats: every timed call, the baselines' and the candidate's, runs on
+fresh values drawn from a secret seed sent with its request (fresh_values.py), so a memo (by
+address, `_version` or content) never meets values it has seen; outputs of the candidate's timed
+calls picked at random after each request are checked against the reference on the same values
+(timed_checks.py). Without it (`Verifier(fresh_timing=False)`, `--no-fresh-timing`; `_drive_plain`)
+the trial sets are timed in turn, and a candidate that recognises them can memoise.
+
+Back to back (`_windows`, both ways): every side, the candidate and each baseline, is timed the
+same way, in windows: the parent's clock around one request of `calls` calls. With fresh values a
+window's request does three things, each ended by a device-wide synchronize: the sets written (a
+set of its own per call, when the request arrives: inside the clock, so an answer computed from
+them is timed too), the calls back to back (each output held, nothing else), then the digests of
+the outputs. The trusted job's "overhead" window does the first and last alone; the parent takes
+it off each side's window, which leaves the calls. Windows are sized to WINDOW_MS of work and
+repeated (MIN_WINDOWS to MAX_WINDOWS) until BACK_TO_BACK_MS of calls are timed and each side's
+per-call times agree; their median is the side's back-to-back time (speed.counted_ms weighs it
+against the events).
 """
 
 from __future__ import annotations
@@ -43,20 +45,23 @@ from dataclasses import dataclass
 from kernelloop.records import Measurement
 from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
+from kernelloop.tools.profile.measure import CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify.kept_outputs import capacity
 from kernelloop.tools.verify.reference_server import ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
-from kernelloop.tools.verify.timed_checks import BACK_PICKS, BLOCK_PICKS, SCRUTINY_ROUNDS, TimedChecks, TimedFailure
+from kernelloop.tools.verify.timed_checks import BLOCK_PICKS, SCRUTINY_ROUNDS, TimedChecks, TimedFailure
 
 FIRST_BLOCK_ROUNDS = 10
 MAX_BLOCK_ROUNDS = 200
 MIN_ROUNDS, MIN_CANDIDATE_MS, MAX_ROUNDS = 50, 100.0, 1000
 MAX_TIMED_S = 20.0  # wall-clock cap on the blocks, both processes together
-BACK_TO_BACK_MS = 50.0  # about this much eager work per back-to-back check, in K calls
+BACK_TO_BACK_MS = 50.0  # calls timed back to back, per side, over all its windows
+WINDOW_MS = 10.0  # about this much work in one window (fewer calls where their sets don't fit)
 MIN_CALLS, MAX_CALLS = 5, 2000
-MAX_WINDOWS = 4  # back-to-back windows where one is cut short by the memory its sets and kept outputs take
-MIN_HOST_MS = 1e-4  # a back-to-back time per call, less its fresh values' overhead, is never taken below this
+MIN_WINDOWS, MAX_WINDOWS = 3, 10
+UNRESOLVED_SPREAD = 0.5  # per-window times whose half-range passes this share of their median: more windows
+OVERHEAD = "overhead"  # the trusted job's window of everything but the calls
 
 
 @dataclass
@@ -158,16 +163,10 @@ def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int |
             per_round = max(total / done, 1e-3)
             wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - total) / per_round))
             rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
-        # K calls of about BACK_TO_BACK_MS each way, sized by eager's time and by what a candidate
-        # call cost on this process's clock in the blocks (flush and hold included: an upper bound),
-        # so a candidate slow on the host is not called thousands of times.
-        eager_ms = sorted(samples["eager"])[len(samples["eager"]) // 2]
-        wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
-        calls = max(MIN_CALLS, min(MAX_CALLS, math.ceil(BACK_TO_BACK_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
-        _, eager_wall_ms = server.timed("back", {"name": "eager", "calls": calls})
-        answer, candidate_wall_ms = _ask(session, "back", {"calls": calls})
-        if answer is None:
-            return "the candidate's process stopped answering during the back-to-back check"
+        calls = _window_calls(samples, parent_block_ms, MAX_CALLS)
+        backs = _windows(session, server, names, calls, None)
+        if not isinstance(backs, Windows):  # no checks without fresh values: only the child's breaking off
+            return backs if isinstance(backs, str) else backs.reason
     if laps is not None:
         laps.lap("timing")
     profile, _ = _ask(session, "profile", {})
@@ -176,16 +175,17 @@ def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int |
     claimed_profile = profile if isinstance(profile, dict) else {}
     kernels, split = claimed_profile.get("kernels"), claimed_profile.get("kernel_split")
     launches = claimed_profile.get("launches")
-    return judge_speed(Measurement(
-        samples_ms=samples,
-        host_ms_per_call={"candidate": candidate_wall_ms / calls, "eager": eager_wall_ms / calls},
-        back_to_back_calls=calls, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
+    judged = judge_speed(Measurement(
+        samples_ms=samples, host_ms_per_call=backs.per_call(), host_windows_ms=backs.per_window,
+        back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
         kernel_split=split if isinstance(split, dict) else {},
         launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
+    judged.warnings += backs.notes()
+    return judged
 
 
 def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None,
@@ -259,38 +259,13 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
             failed = run_block(min(SCRUTINY_ROUNDS, keep_calls), check_all=True)
             if failed is not None:
                 return failed
-        # K calls of about BACK_TO_BACK_MS each way, sized by eager's time and by what a candidate
-        # call cost on this process's clock in the blocks (flush and hold included: an upper bound),
-        # so a candidate slow on the host is not called thousands of times.
-        eager_ms = sorted(samples["eager"])[len(samples["eager"]) // 2]
-        wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
-        wanted = max(MIN_CALLS, min(MAX_CALLS, math.ceil(BACK_TO_BACK_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
-        # Each call of a window on a set of its own (no refill between calls) where the sets
-        # fit in the window's memory; past that, as few calls as the check needs. Where that
-        # cuts the window short (large outputs: kept copies bound it too), up to MAX_WINDOWS
-        # windows, and each per-call time is the median over them: one window's stray
-        # milliseconds (a collection, a scheduler) can't make a device-bound kernel host-bound.
-        calls = max(1, min(wanted, keep_calls, max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)))
-        windows = max(1, min(MAX_WINDOWS, math.ceil(wanted / calls)))
-        walls: dict[str, list[float]] = {"eager": [], "overhead": [], "candidate": []}
-        for _ in range(windows):
-            walls["eager"].append(_trusted_window(server, "eager", calls))
-            # the per-call work besides the forward, alone: taken off eager's and the candidate's
-            walls["overhead"].append(_trusted_window(server, "overhead", calls))
-            seed = TimedChecks.seed()
-            answer, candidate_wall_ms = _ask(session, "back", {"calls": calls, "seed": seed}, timed=True)
-            if answer is None:
-                return "the candidate's process stopped answering during the back-to-back check"
-            walls["candidate"].append(candidate_wall_ms)
-            digests = TimedChecks.digests(answer, calls)
-            if digests is None:
-                return "the candidate's process answered the back-to-back check without a digest of each output"
-            picks = TimedChecks.pick(calls, BACK_PICKS if windows == 1 else 1)  # every window checked
-            failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
-            if failed is not None:
-                return failed
-        overhead_wall_ms = statistics.median(walls["overhead"])
-        candidate_host_ms, eager_host_ms = (per_call_ms(walls[name], walls["overhead"], calls) for name in ("candidate", "eager"))
+        # Each call of a window on a set of its own (no refill between calls) where the sets fit
+        # in the window's memory; past that, as few calls as a window needs.
+        fit = max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)
+        calls = _window_calls(samples, parent_block_ms, max(1, min(keep_calls, fit)))
+        backs = _windows(session, server, names, calls, checks)
+        if not isinstance(backs, Windows):
+            return backs
     if laps is not None:
         laps.lap("timing")
     if rehearse:
@@ -301,11 +276,10 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
     claimed_profile = profile if isinstance(profile, dict) else {}
     kernels, split = claimed_profile.get("kernels"), claimed_profile.get("kernel_split")
     launches = claimed_profile.get("launches")
-    return judge_speed(Measurement(
-        samples_ms=samples,
-        host_ms_per_call={"candidate": candidate_host_ms, "eager": eager_host_ms},
-        back_to_back_calls=calls * windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
-        fresh_overhead_ms_per_call=overhead_wall_ms / calls,
+    judged = judge_speed(Measurement(
+        samples_ms=samples, host_ms_per_call=backs.per_call(), host_windows_ms=backs.per_window,
+        back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
+        fresh_overhead_ms_per_call=backs.overhead_ms_per_call(),
         checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")),
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
@@ -313,18 +287,100 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
+    judged.warnings += backs.notes()
+    return judged
 
 
-def per_call_ms(walls_ms: list[float], overheads_ms: list[float], calls: int) -> float:
-    """Per call, the median over windows of a window's wall time less its overhead run's, never below
-    MIN_HOST_MS (a window less its overhead is what its forwards took, read with this process's clock)."""
-    return max(MIN_HOST_MS, statistics.median(w - o for w, o in zip(walls_ms, overheads_ms, strict=True)) / calls)
+def _window_calls(samples: dict[str, list[float]], parent_block_ms: list[float], most: int) -> int:
+    """Calls in one window: about WINDOW_MS of work, by eager's event time and by what a candidate
+    call cost on this process's clock in the blocks (flush and hold included: an upper bound, so a
+    candidate slow on the host is not called thousands of times); at most `most`."""
+    eager_ms = statistics.median(samples["eager"])
+    wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
+    wanted = max(MIN_CALLS, min(MAX_CALLS, math.ceil(WINDOW_MS / max(eager_ms, wall_per_call_ms, 1e-3))))
+    return max(1, min(wanted, most))
 
 
-def _trusted_window(server: ReferenceServer, name: str, calls: int) -> float:
-    """This process's clock (ms) around one back-to-back window in the trusted job: eager's calls,
-    or ("overhead") the per-call work alone, each with its window's values (fresh_values.Window)."""
-    _, wall_ms = server.timed("back", {"name": name, "calls": calls, "seed": TimedChecks.seed()})
+@dataclass
+class Windows:
+    """Each side's back-to-back windows: the parent's clock (ms) around each, and with fresh values
+    the trusted job's overhead window beside each round of them."""
+
+    calls: int
+    walls: dict[str, list[float]]
+    overheads: list[float]
+
+    @property
+    def windows(self) -> int:
+        return len(self.walls[CANDIDATE])
+
+    @property
+    def per_window(self) -> dict[str, list[float]]:
+        """Per side, each window's time per call, its round's overhead taken off (never below 0)."""
+        overheads = self.overheads or [0.0] * self.windows
+        return {name: [max(0.0, wall - over) / self.calls for wall, over in zip(walls, overheads, strict=True)]
+                for name, walls in self.walls.items()}
+
+    def per_call(self) -> dict[str, float]:
+        return {name: statistics.median(values) for name, values in self.per_window.items()}
+
+    def unresolved(self) -> list[str]:
+        """Sides whose per-window times disagree by more than UNRESOLVED_SPREAD of their median (or are
+        all zero: the overhead as long as the calls): the parent's clock can't tell their time yet."""
+        return [name for name, values in self.per_window.items()
+                if statistics.median(values) <= 0 or
+                (max(values) - min(values)) / 2 > UNRESOLVED_SPREAD * statistics.median(values)]
+
+    def overhead_ms_per_call(self) -> float | None:
+        return statistics.median(self.overheads) / self.calls if self.overheads else None
+
+    def notes(self) -> list[str]:
+        """A warning for each side the parent's clock could not resolve within MAX_WINDOWS."""
+        return [f"back to back, {name}'s calls could not be told apart from the window's own work in "
+                f"{self.windows} windows of {self.calls} calls (per call: "
+                + ", ".join(f"{v:.4f}" for v in self.per_window[name]) + " ms): its events decide its time"
+                for name in self.unresolved()]
+
+
+def _windows(session: JobSession, server: ReferenceServer, names: list[str], calls: int,
+             checks: TimedChecks | None) -> Windows | TimedFailure | str:
+    """Rounds of back-to-back windows, every baseline's in the trusted job and the candidate's in its
+    child, with (fresh values, `checks`) the overhead window and a check of one call of each
+    candidate window picked at random; at least MIN_WINDOWS, then more while fewer than
+    BACK_TO_BACK_MS of calls are timed or a side's times disagree (`Windows.unresolved`)."""
+    backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [])
+    started = time.perf_counter()
+    while True:
+        for name in names:
+            backs.walls[name].append(_trusted_window(server, name, calls, checks is not None))
+        if checks is not None:
+            backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True))
+        seed = TimedChecks.seed()
+        answer, wall_ms = _ask(session, "back", {"calls": calls, "seed": seed} if checks else {"calls": calls},
+                               timed=True)
+        if answer is None:
+            return "the candidate's process stopped answering during the back-to-back check"
+        backs.walls[CANDIDATE].append(wall_ms)
+        if checks is not None:
+            digests = TimedChecks.digests(answer, calls)
+            if digests is None:
+                return "the candidate's process answered the back-to-back check without a digest of each output"
+            picks = TimedChecks.pick(calls, 1)
+            failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
+            if failed is not None:
+                return failed
+        timed_ms = calls * min(sum(values) for values in backs.per_window.values())
+        enough = backs.windows >= MIN_WINDOWS and timed_ms >= BACK_TO_BACK_MS and not backs.unresolved()
+        out_of_time = backs.windows >= 2 and time.perf_counter() - started > MAX_TIMED_S
+        if enough or out_of_time or backs.windows >= MAX_WINDOWS:
+            return backs
+
+
+def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool) -> float:
+    """This process's clock (ms) around one back-to-back window in the trusted job: a baseline's
+    calls, or (OVERHEAD) the window's work without them, each with its window's values."""
+    request = {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {})}
+    _, wall_ms = server.timed("back", request)
     return wall_ms
 
 

@@ -1,7 +1,7 @@
-"""Fresh timing is opt-in (Verifier(fresh_timing=True), `--fresh-timing`) until benchmarks/fresh_values.py
-has measured it on a GPU. Off, the timing path is the one before it: the same requests to both
-children in the same order, nothing made for fresh values in the trusted job or the candidate's
-child (no pool, no donor sets, no kept copies, no window sets, no digest kernel), no regen."""
+"""Fresh timing is the default (Verifier(fresh_timing=True), `--fresh-timing`); `--no-fresh-timing`
+(fresh_timing=False) times the trial sets in turn: nothing made for fresh values in the trusted job
+or the candidate's child (no pool, no donor sets, no kept copies, no window sets, no digest
+kernel), no regen. Both ways time every side back to back by the same windows."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PROBLEMS = FIXTURES / "problems"
 
 
-def test_fresh_timing_is_off_unless_asked_for_and_the_rehearsal_needs_it():
+def test_fresh_timing_is_on_by_default_and_the_rehearsal_needs_it():
     from kernelloop.tools.verify.verifier import Verifier
 
-    assert inspect.signature(Verifier).parameters["fresh_timing"].default is False
+    assert inspect.signature(Verifier).parameters["fresh_timing"].default is True
     with pytest.raises(ValueError, match="needs fresh_timing=True"):
-        Verifier(device="cpu", rehearse_timing=True)
+        Verifier(device="cpu", fresh_timing=False, rehearse_timing=True)
 
 
 class _Session:
@@ -65,26 +65,31 @@ class _Server:
         return {}, 5.0
 
 
-def test_without_fresh_timing_the_driver_asks_exactly_what_it_asked_before(monkeypatch):
-    """The requests and their order are those of the driver before fresh timing (1 ms a candidate
-    call, 2 ms eager's: blocks of 10 and 90 rounds, then 25 back-to-back calls each way); no seed,
-    no fresh or keep_calls field, no pick, no regen, and the child's answers waited for untimed."""
+def test_without_fresh_timing_the_driver_times_the_trial_sets_and_every_side_back_to_back(monkeypatch):
+    """Blocks as before fresh timing (1 ms a candidate call, 2 ms eager's: 10 and 90 rounds), then
+    windows of 5 calls (WINDOW_MS of eager's work), each round a window of every baseline and one of
+    the candidate, its answer waited for with the clock running; no seed, no fresh or keep_calls
+    field, no overhead window, no pick, no regen."""
     monkeypatch.setattr(timing_driver.gpu, "measure_around", lambda index: contextlib.nullcontext(None))
     log: list = []
     judged = timing_driver.drive_timing(_Session(log), _Server(log), None, skip=["compile"])  # type: ignore[arg-type]
     assert not isinstance(judged, str), judged
-    before = [
+    blocks = [
         ("trusted", {"timing": {"skip": ["compile"]}}),
         ("child", {"time": {}}), ("child receive", {"timed": False}),
         ("trusted", {"block": {"rounds": 10}}),
         ("child", {"block": {"rounds": 10}}), ("child receive", {"timed": False}),
         ("trusted", {"block": {"rounds": 90}}),
         ("child", {"block": {"rounds": 90}}), ("child receive", {"timed": False}),
-        ("trusted", {"back": {"name": "eager", "calls": 25}}),
-        ("child", {"back": {"calls": 25}}), ("child receive", {"timed": False}),
-        ("child", {"profile": {}}), ("child receive", {"timed": False}),
     ]
-    assert log == before
+    window = [("trusted", {"back": {"name": "eager", "calls": 5}}),
+              ("child", {"back": {"calls": 5}}), ("child receive", {"timed": True})]
+    profile = [("child", {"profile": {}}), ("child receive", {"timed": False})]
+    assert log[:len(blocks)] == blocks and log[-len(profile):] == profile
+    windows = log[len(blocks):-len(profile)]
+    rounds = len(windows) // len(window)
+    assert windows == window * rounds and timing_driver.MIN_WINDOWS <= rounds <= timing_driver.MAX_WINDOWS
+    assert judged.timings["eager"].host_ms_per_call == pytest.approx(1.0)  # the trusted window's 5 ms over 5 calls
     with pytest.raises(ValueError, match="needs checks"):
         timing_driver.drive_timing(_Session([]), _Server([]), None, rehearse=True)  # type: ignore[arg-type]
 
@@ -139,18 +144,18 @@ def test_without_fresh_timing_the_candidates_child_times_the_trial_sets_as_befor
         session.pick({"calls": [0]})
 
 
-def test_a_default_verification_asks_the_trusted_job_for_nothing_fresh_timing_needs(tmp_path, monkeypatch):
-    """A whole verification with the default Verifier: no make request names fresh values or donor
-    seeds, and no regen is asked for."""
+def test_a_cpu_verification_asks_the_trusted_job_for_nothing_fresh_timing_needs(tmp_path, monkeypatch):
+    """A whole verification with the default Verifier on the CPU, where nothing is timed: no make
+    request names fresh values or donor seeds, and no regen is asked for."""
     from kernelloop.tools.verify.reference_server import ReferenceServer
     from kernelloop.tools.verify.verifier import Verifier
 
     asked: list[tuple[str, dict]] = []
     original = ReferenceServer.ask
 
-    def recorded(self, kind, request):
+    def recorded(self, kind, request, timed=False):
         asked.append((kind, dict(request or {})))
-        return original(self, kind, request)
+        return original(self, kind, request, timed)
 
     monkeypatch.setattr(ReferenceServer, "ask", recorded)
     with Verifier(device="cpu", workspace=tmp_path, compile_timeout_s=60.0, run_timeout_s=120.0) as verifier:
@@ -163,9 +168,8 @@ def test_a_default_verification_asks_the_trusted_job_for_nothing_fresh_timing_ne
     assert "timed calls picked at random" not in verdict.feedback
 
 
-def test_the_cli_turns_fresh_timing_on_only_when_asked(tmp_path, monkeypatch):
-    """`kernelloop verify --fresh-timing` hands fresh_timing=True to the Verifiers' pool, and without
-    the flag False; `bench --fresh-timing --no-timing` is a usage error."""
+def test_the_cli_times_on_fresh_values_unless_told_not_to(tmp_path, monkeypatch):
+    """`kernelloop verify` hands fresh_timing=True to the Verifiers' pool, `--no-fresh-timing` False."""
     from typer.testing import CliRunner
 
     from kernelloop.cli import app
@@ -182,10 +186,8 @@ def test_the_cli_turns_fresh_timing_on_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.setattr("kernelloop.cli.verify_cmd.prestart_workers", lambda *args: None)
     candidate, problem = FIXTURES / "honest" / "relu_triton.py", PROBLEMS / "relu.py"
     cli = CliRunner()
-    for flags, wanted in (([], False), (["--fresh-timing"], True)):
+    for flags, wanted in (([], True), (["--fresh-timing"], True), (["--no-fresh-timing"], False)):
         result = cli.invoke(app, ["verify", str(candidate), "--problem", str(problem), "--device", "cpu",
                                   "--workspace", str(tmp_path), "--no-progress", *flags])
         assert result.exit_code == 2 and "no pool in this test" in result.output, result.output
         assert asked[-1]["fresh_timing"] is wanted
-    result = cli.invoke(app, ["bench", str(PROBLEMS), "--fresh-timing", "--no-timing", "--workspace", str(tmp_path)])
-    assert result.exit_code == 2 and "--fresh-timing" in result.output, result.output
