@@ -1,22 +1,21 @@
-"""What fresh values for every timed call cost, and what they change in the verdicts (GPU): the
-benchmark that decides whether fresh timing (opt-in today, Verifier(fresh_timing=True)) becomes the
-default. Honest speedups (b) must stay where they are with it off, as the GPU test
-tests/gpu/test_timed_checks_gpu.py asks (within 3%), before it does.
+"""Speed you can trust by default (GPU): what fresh timing and the clock rule give honest kernels and
+memos, and what they cost.
 
-One warm Verifier, one process, alternating; (c) runs before (b), so a tight --budget-s leaves out
-starters, not memos:
-(a) per timed call, on each problem's own inputs (the shipped examples, and one attention starter
-    for all: they share their shapes): the refill before an event-timed call (fill), a back-to-back window's sets written
-    at its start (fresh_values.Window, per call), keeping a copy of the output and its share of
-    the digests, by CUDA events (device) and the host clock, beside the reference's forward;
-(b) each shipped example and attention starter verified with fresh timing off (the trial sets in
-    turn, no kept outputs, no checks: Verifier.fresh_timing=False, the default) and
-    on, alternating (off then on, or on then off, by turns): eager's event median, the speedup, its
-    source, the fixed cost (cost_s["fixed_s"]) and the timing phase's seconds;
+One warm Verifier, one process; (c) runs before (b), so a tight --budget-s leaves out examples,
+not memos:
+(a) (--costs) per timed call, on each problem's own inputs (the shipped examples, and one attention
+    starter for all: they share their shapes): the refill before an event-timed call (fill), a
+    back-to-back window's sets written at its start (fresh_values.Window, per call), keeping a copy
+    of the output and its share of the digests, beside the reference's forward;
+(b) each shipped example and attention starter verified --reps times with default settings (fresh
+    timing) and --off times with fresh timing off (spread among them): the speedup, the events' own
+    speedup, which clock decided each side, the spread over the verifications, and the cost (the
+    fixed cost, cost_s["fixed_s"], and the timing phase's seconds) on and off;
 (c) every memo fixture (tests/fixtures/cheats/memo_*.py) and precompute_from_request_seed.py with
-    the static rules on and off, fresh timing on, beside its honest twin judged by the same verifier.
+    the static rules on and off, default settings, beside its honest twin judged by the same verifier.
 
-    PYTHONPATH=. python benchmarks/fresh_values.py [--only STEM ...] [--reps N] [--budget-s S] [--out DIR]
+    PYTHONPATH=. python benchmarks/fresh_values.py [--only STEM ...] [--reps N] [--off M] [--budget-s S] [--out DIR]
+    python benchmarks/fresh_values.py --report DIR    # DIR/README.md from DIR/fresh_values.json
 
 Stops starting new verifications past --budget-s (what is left is listed); prints short tables and
 writes fresh_values.json (every verdict's numbers) to --out ($OUT or /tmp).
@@ -104,9 +103,12 @@ def cost_per_call(problem: Problem) -> dict:
 def _numbers(verdict, started: float) -> dict:
     eager, cand = verdict.timings.get("eager"), verdict.timings.get("candidate")
     return {"status": verdict.status.value, "code": verdict.code.value, "speedup": verdict.speedup,
-            "source": "parent" if verdict.speed_source.startswith("parent") else ("events" if verdict.speed_source else "-"),
+            "event_speedup": eager.median_ms / cand.median_ms if eager and cand and cand.median_ms else None,
+            "candidate_clock": cand.clock if cand else None, "eager_clock": eager.clock if eager else None,
+            "speed_source": verdict.speed_source,
             "eager_ms": eager.median_ms if eager else None, "candidate_ms": cand.median_ms if cand else None,
-            "host_ms": cand.host_ms_per_call if cand else None, "overhead_ms": cand.overhead_ms_per_call if cand else None,
+            "host_ms": cand.host_ms_per_call if cand else None, "eager_host_ms": eager.host_ms_per_call if eager else None,
+            "overhead_ms": cand.overhead_ms_per_call if cand else None,
             "fixed_s": verdict.cost_s.get("fixed_s"), "timing_s": verdict.cost_s.get("timing_s"),
             "wall_s": time.perf_counter() - started, "reason": verdict.reason[:120]}
 
@@ -130,16 +132,23 @@ def _med(values: list) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", help="candidate stems to run (default: all)")
-    parser.add_argument("--reps", type=int, default=1, help="off/on pairs per candidate (alternating)")
+    parser.add_argument("--reps", type=int, default=5, help="verifications of each candidate with default settings")
+    parser.add_argument("--off", type=int, default=1, help="verifications of each with fresh timing off (its cost)")
+    parser.add_argument("--costs", action="store_true", help="(a): each problem's per-call costs of fresh values")
+    parser.add_argument("--no-memos", dest="memos", action="store_false", help="leave out (c)")
+    parser.add_argument("--report", type=Path, help="write DIR/README.md from DIR/fresh_values.json, then stop")
     parser.add_argument("--budget-s", type=float, default=480.0, help="start no verification past this")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     args = parser.parse_args()
+    if args.report:
+        write_report(args.report)
+        return
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/fresh_values.py needs a CUDA GPU")
     began = time.perf_counter()
     pairs = [(c, p) for c, p in PAIRS if not args.only or c.stem in args.only]
     memos = [m for m in sorted((FIXTURES / "cheats").glob("memo_*.py")) + [FIXTURES / "cheats" / "precompute_from_request_seed.py"]
-             if not args.only or m.stem in args.only]
+             if args.memos and (not args.only or m.stem in args.only)]
     out: dict = {"device": torch.cuda.get_device_name(), "costs": [], "examples": {}, "memos": {}, "skipped": []}
     print(out["device"], torch.__version__)
 
@@ -148,7 +157,7 @@ def main() -> None:
     # the attention starters share their shapes: one of them stands for all in (a)
     costed = [p for p in dict.fromkeys(p if p.parent.name != "attention" else min(q for _, q in pairs if q.parent == p.parent)
                                        for _, p in pairs)]
-    for problem in costed:
+    for problem in costed if args.costs else []:
         r = cost_per_call(Problem.from_file(problem))
         out["costs"].append(r)
         print(f"{r['problem'][:28]:28} {r['fill_ms']:7.4f} {r['fill_host_ms']:9.4f} {r['window_ms']:7.4f} "
@@ -177,50 +186,78 @@ def main() -> None:
             out["memos"][memo.stem] = row
         for index, (candidate, problem) in enumerate(pairs):
             runs: dict = {"off": [], "on": []}
-            for rep in range(args.reps):  # which goes first alternates too: a problem's first verification is colder
-                for fresh in ((False, True) if (index + rep) % 2 == 0 else (True, False)):
-                    if in_budget(f"{candidate.stem} fresh={'on' if fresh else 'off'}"):
-                        runs["on" if fresh else "off"].append(verify(verifier, candidate, problem, fresh=fresh))
+            # the off runs spread among the on runs, first or not by turns: a problem's first verification is colder
+            order = [True] * args.reps
+            for k in range(args.off):
+                order.insert(min(len(order), (index + 2 * k) % (args.reps + 1)), False)
+            for fresh in order:
+                if in_budget(f"{candidate.stem} fresh={'on' if fresh else 'off'}"):
+                    runs["on" if fresh else "off"].append(verify(verifier, candidate, problem, fresh=fresh))
             out["examples"][candidate.stem] = runs
 
-    print("\n(b) speedup over eager, fresh timing off vs on (medians over reps); fixed and timing seconds")
-    print(f"{'candidate':28} {'eager ms off/on':>16} {'off':>7} {'on':>7} {'on/off':>7} {'src':>6} "
-          f"{'fixed s off/on':>15} {'timing s off/on':>16}")
-    ratios: list[float] = []
-    fixed: dict[str, list[float]] = {"off": [], "on": []}
-    for stem, runs in out["examples"].items():
-        med = {k: {f: _med([r[f] for r in v]) for f in ("eager_ms", "speedup", "fixed_s", "timing_s")} for k, v in runs.items()}
-        off, on = med["off"], med["on"]
-        ratio = on["speedup"] / off["speedup"] if on["speedup"] and off["speedup"] else None
-        if ratio:
-            ratios.append(ratio)
-        for k in fixed:
-            fixed[k] += [r["fixed_s"] for r in runs[k] if r["fixed_s"] is not None]
-        src = runs["on"][-1]["source"] if runs["on"] else "-"
-        bad = next((r for r in runs["off"] + runs["on"] if r["status"] != "correct"), None)
-        print(f"{stem[:28]:28} {_f(off['eager_ms'], '.4f'):>7}/{_f(on['eager_ms'], '.4f'):<8} {_f(off['speedup']):>7} "
-              f"{_f(on['speedup']):>7} {_f(ratio):>7} {src:>6} {_f(off['fixed_s'], '.2f'):>7}/{_f(on['fixed_s'], '.2f'):<7} "
-              f"{_f(off['timing_s'], '.2f'):>7}/{_f(on['timing_s'], '.2f'):<8}"
-              + (f" {bad['status']}: {bad['reason'][:50]}" if bad else ""))
-    if ratios:
-        print(f"on/off speedup: median {statistics.median(ratios):.3f}, worst |on/off - 1| "
-              f"{max(abs(r - 1) for r in ratios):.3f}; fixed cost median off {_f(_med(fixed['off']), '.3f')} s, "
-              f"on {_f(_med(fixed['on']), '.3f')} s")
-
-    print("\n(c) memo fixtures, fresh timing on: rules on, rules off, the honest twin")
-    print(f"{'memo':28} {'rules on':>24} {'rules off':>24} {'twin':>7} {'off/twin':>8}")
-    for stem, row in out["memos"].items():
-        def cell(r: dict | None) -> str:
-            return "-" if r is None else f"{r['status'][:9]} {_f(r['speedup'])} {r['source'] if r['speedup'] else ''}"
-        twin = (row.get("twin_run") or {}).get("speedup")
-        unlinted = (row.get("off") or {}).get("speedup")
-        print(f"{stem[:28]:28} {cell(row.get('on')):>24} {cell(row.get('off')):>24} {_f(twin):>7} "
-              f"{_f(unlinted / twin if unlinted and twin else None):>8}")
+    print(tables(out))
     if out["skipped"]:
         print(f"\nskipped past --budget-s {args.budget_s:g}: {', '.join(out['skipped'])}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fresh_values.json").write_text(json.dumps(out, indent=1, default=str))
     print(f"wrote {args.out / 'fresh_values.json'} in {time.perf_counter() - began:.0f} s")
+
+
+def tables(out: dict) -> str:
+    """(b) and (c) as text tables, from the raw numbers (fresh_values.json)."""
+    lines = ["(b) default settings (fresh timing), per candidate over its verifications: the speedup over eager "
+             "(median), the events' own speedup (eager's event median over the candidate's), their ratio, the "
+             "spread of the speedup (max/min), which clock decided the candidate's and eager's time in each, and "
+             "the cost: fixed and timing seconds, fresh timing on/off",
+             f"{'candidate':28} {'n':>2} {'speedup':>8} {'events':>8} {'ratio':>6} {'spread':>6} {'clocks':>22} "
+             f"{'fixed s on/off':>15} {'timing s on/off':>16}"]
+    ratios, spreads, fixed = [], [], {"on": [], "off": []}
+    for stem, runs in out["examples"].items():
+        on = [r for r in runs["on"] if r["status"] == "correct" and r["speedup"]]
+        bad = next((r for r in runs["on"] + runs["off"] if r["status"] != "correct"), None)
+        speed, events = _med([r["speedup"] for r in on]), _med([r["event_speedup"] for r in on])
+        ratio = speed / events if speed and events else None
+        spread = max(r["speedup"] for r in on) / min(r["speedup"] for r in on) if on else None
+        clocks = sorted({f"{r['candidate_clock'] or '-'}/{r['eager_clock'] or '-'}" for r in on})
+        for key in fixed:
+            fixed[key] += [r["fixed_s"] for r in runs[key] if r["fixed_s"] is not None]
+        if ratio:
+            ratios.append(ratio)
+        if spread:
+            spreads.append(spread)
+        cost = {k: {f: _med([r[f] for r in runs[k]]) for f in ("fixed_s", "timing_s")} for k in ("on", "off")}
+        lines.append(f"{stem[:28]:28} {len(on):>2} {_f(speed):>8} {_f(events):>8} {_f(ratio):>6} {_f(spread):>6} "
+                     f"{','.join(c.replace('parent clock', 'parent') for c in clocks)[:22]:>22} "
+                     f"{_f(cost['on']['fixed_s'], '.2f'):>7}/{_f(cost['off']['fixed_s'], '.2f'):<7} "
+                     f"{_f(cost['on']['timing_s'], '.2f'):>7}/{_f(cost['off']['timing_s'], '.2f'):<8}"
+                     + (f" {bad['status']}: {bad['reason'][:60]}" if bad else ""))
+    if ratios:
+        lines.append(f"speedup/events: median {statistics.median(ratios):.3f}, worst |ratio - 1| "
+                     f"{max(abs(r - 1) for r in ratios):.3f}; spread worst {max(spreads):.3f}; fixed cost median on "
+                     f"{_f(_med(fixed['on']), '.3f')} s, off {_f(_med(fixed['off']), '.3f')} s")
+    if out["memos"]:
+        lines += ["", "(c) memo fixtures, default settings: static rules on, off, the honest twin (speedup, clock)",
+                  f"{'memo':34} {'rules on':>28} {'rules off':>28} {'twin':>7} {'off/twin':>8}"]
+    for stem, row in out["memos"].items():
+        def cell(r: dict | None) -> str:
+            return "-" if r is None else f"{r['status'][:9]} {_f(r['speedup'])} {r.get('candidate_clock') or ''}"
+        twin = (row.get("twin_run") or {}).get("speedup")
+        unlinted = (row.get("off") or {}).get("speedup")
+        lines.append(f"{stem[:34]:34} {cell(row.get('on')):>28} {cell(row.get('off')):>28} {_f(twin):>7} "
+                     f"{_f(unlinted / twin if unlinted and twin else None):>8}")
+    return "\n".join(lines)
+
+
+def write_report(folder: Path) -> None:
+    """DIR/README.md, made from DIR/fresh_values.json (the raw numbers beside it) by this script alone."""
+    out = json.loads((folder / "fresh_values.json").read_text())
+    text = (f"# Trusted speed by default, measured on {out['device']}\n\n"
+            "Made by `python benchmarks/fresh_values.py --report DIR` from `fresh_values.json` beside it "
+            "(every verdict's numbers); the run: `benchmarks/fresh_values.py --reps N --off M`.\n\n```\n"
+            + tables(out) + "\n```\n"
+            + (f"\nNot run within the call's budget: {', '.join(out['skipped'])}\n" if out.get("skipped") else ""))
+    (folder / "README.md").write_text(text)
+    print(f"wrote {folder / 'README.md'}")
 
 
 if __name__ == "__main__":
