@@ -50,6 +50,7 @@ from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, war
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.shared_names import reference_names
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
+from kernelloop.tools.verify.window_graph import WindowGraph
 
 if TYPE_CHECKING:  # imported where timing is set up, not when the child starts
     from kernelloop.tools.profile.timing import Rounds
@@ -402,6 +403,7 @@ class _CandidateSession:
         self.kept: Kept | None = None
         self.window: Window | None = None  # the back-to-back windows' input sets, one per call
         self.keep_each_call = False  # its calls return one buffer: a window keeps each output as its call ends
+        self.graph: WindowGraph | None = None  # the windows' calls as one CUDA graph (window_graph.py)
 
     def _specs(self, index: int) -> list:
         return self.specs[index] if index < len(self.specs) else []
@@ -425,6 +427,8 @@ class _CandidateSession:
                 self.channel.send({"block": self.block(request["block"])})
             elif kind == "back":
                 self.channel.send({"back": self.back(request["back"])})
+            elif kind == "capture":
+                self.channel.send({"capture": self.capture(request["capture"])})
             elif kind == "pick":
                 self.channel.send({"pick": self.pick(request["pick"])})
             elif kind == "profile":
@@ -578,6 +582,12 @@ class _CandidateSession:
         window.prepare(request_values)
         synchronize(self.device)
         kept.reset()
+        if request.get("graph") and self.graph is not None and self.graph.calls == calls:
+            outputs = self.graph.replay()
+            synchronize(self.device)
+            if not kept.keep_all(outputs):
+                raise RuntimeError("a captured window's outputs share memory")  # refused when captured
+            return {"digests": kept.digests()}
         if not self.keep_each_call:
             held: list = []
             back_to_back(lambda call: model(*window.inputs(call)), calls, calls, after=held.append)
@@ -590,6 +600,15 @@ class _CandidateSession:
         back_to_back(lambda call: model(*window.inputs(call)), calls, calls,
                      after=lambda output: kept.keep(flatten_outputs(output)))
         return {"digests": kept.digests()}
+
+    def capture(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Its calls on a window's sets as one CUDA graph, untimed, before the windows (window_graph.py);
+        whether that worked."""
+        model, calls = self.model, int(request["calls"])
+        self.graph = None
+        if self.window is not None and self.device.startswith("cuda"):
+            self.graph = WindowGraph.capture(lambda inputs: model(*inputs), self.window, calls)
+        return {"graph": self.graph is not None}
 
     def pick(self, request: dict[str, Any]) -> dict[str, Any]:
         """The kept outputs of the calls the parent picked, as raw bytes, to picked.sets."""

@@ -33,7 +33,7 @@ import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -53,6 +53,10 @@ from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs
 from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, pool_indices, warm_fresh_values
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.tensor_files import save_sets
+from kernelloop.tools.verify.window_graph import WindowGraph
+
+if TYPE_CHECKING:
+    from kernelloop.tools.profile.measure import Caller
 
 
 def degenerate_output_warnings(outputs: list) -> list[str]:
@@ -149,6 +153,7 @@ class ReferenceJob:
         self.like: list = []
         self.kept: Kept | None = None
         self.window: Window | None = None  # the back-to-back windows' input sets, one per call
+        self.graphs: dict[str, WindowGraph] = {}  # each baseline's windows as one CUDA graph (window_graph.py)
 
     def inputs_for(self, seeds: list[int], variants: bool) -> tuple[list[list], list[int]]:
         """One input set per seed; with `variants`, the problem's extra shapes go before the last.
@@ -281,6 +286,7 @@ class ReferenceJob:
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
         self.fresh_timing = bool(request.get("fresh", False))
+        self.graphs = {}  # made on the last verification's window: its sets are gone
         self.build_baselines(list(request.get("skip") or ()))  # compiles nothing where warm_up built them
         if self.fresh_timing and self.pool is not None:
             self.kept = Kept(self._specs(), int(request.get("keep_calls") or 1), self.device)
@@ -339,8 +345,12 @@ class ReferenceJob:
         synchronize(self.device)
         kept.reset()
         held: list = []
-        if name != "overhead":
-            fn = self._timing.fns[name].on
+        graph = self.graphs.get(name) if request.get("graph") else None
+        if graph is not None and graph.calls == calls:
+            held = graph.replay()
+            synchronize(self.device)
+        elif name != "overhead":
+            fn = cast("Caller", self._timing.fns[name]).on
             back_to_back(lambda call: fn(window.inputs(call)), calls, calls, after=held.append)
         else:
             held = [like] * calls
@@ -349,6 +359,18 @@ class ReferenceJob:
             for output in held:
                 kept.keep(flatten_outputs(output))
         return {"digests": len(kept.digests())}
+
+    def capture(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Each baseline's calls on a window's sets as one CUDA graph, untimed, before the windows
+        (window_graph.py); which worked."""
+        calls = int(request["calls"])
+        self.graphs = {}
+        if self.window is not None and self.device.startswith("cuda"):
+            for name, fn in self._timing.fns.items():
+                graph = WindowGraph.capture(cast("Caller", fn).on, self.window, calls)
+                if graph is not None:
+                    self.graphs[name] = graph
+        return {"graphs": sorted(self.graphs)}
 
     def regen(self, request: dict[str, Any]) -> dict[str, Any]:
         """The reference's outputs on the values of calls `indices` of a request of `calls` calls made
@@ -375,7 +397,8 @@ def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     except ProblemError as exc:  # not a problem at all (missing Model, a bad TOLERANCE): the parent says so as it is
         return {"status": "not_a_problem", "reason": str(exc)}
     handlers = {"make": reference.make, "timing": reference.setup_timing, "block": reference.block,
-                "back": reference.back_to_back, "warm_up": reference.warm_up, "regen": reference.regen}
+                "back": reference.back_to_back, "warm_up": reference.warm_up, "regen": reference.regen,
+                "capture": reference.capture}
     channel.send({"ready": {**reference.sizes(), "meta": reference.meta}})
     while True:
         request = channel.receive()

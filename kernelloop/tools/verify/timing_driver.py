@@ -263,7 +263,10 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         # in the window's memory; past that, as few calls as a window needs.
         fit = max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)
         calls = _window_calls(samples, parent_block_ms, max(1, min(keep_calls, fit)))
-        backs = _windows(session, server, names, calls, checks)
+        replayed = _capture(session, server, names, calls)
+        if isinstance(replayed, str):
+            return replayed
+        backs = _windows(session, server, names, calls, checks, replayed)
         if not isinstance(backs, Windows):
             return backs
     if laps is not None:
@@ -278,6 +281,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
     launches = claimed_profile.get("launches")
     judged = judge_speed(Measurement(
         samples_ms=samples, host_ms_per_call=backs.per_call(), host_windows_ms=backs.per_window,
+        replayed=[*names, CANDIDATE] if replayed else [],
         back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
         fresh_overhead_ms_per_call=backs.overhead_ms_per_call(),
         checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")),
@@ -342,22 +346,34 @@ class Windows:
                 for name in self.unresolved()]
 
 
+def _capture(session: JobSession, server: ReferenceServer, names: list[str], calls: int) -> bool | str:
+    """Each side's window of `calls` calls as one CUDA graph (window_graph.py), untimed: True where
+    every side's was made (then every window is a replay), False where one's could not be (then no
+    side's is: all are timed the same way), a string where the child broke off."""
+    made = server.ask("capture", {"calls": calls}).get("graphs") or []
+    answer, _ = _ask(session, "capture", {"calls": calls})
+    if answer is None:
+        return "the candidate's process stopped answering when its window was captured"
+    return bool(answer.get("graph")) and set(names) <= set(made)
+
+
 def _windows(session: JobSession, server: ReferenceServer, names: list[str], calls: int,
-             checks: TimedChecks | None) -> Windows | TimedFailure | str:
+             checks: TimedChecks | None, replayed: bool = False) -> Windows | TimedFailure | str:
     """Rounds of back-to-back windows, every baseline's in the trusted job and the candidate's in its
     child, with (fresh values, `checks`) the overhead window and a check of one call of each
     candidate window picked at random; at least MIN_WINDOWS, then more while fewer than
-    BACK_TO_BACK_MS of calls are timed or a side's times disagree (`Windows.unresolved`)."""
+    BACK_TO_BACK_MS of calls are timed or a side's times disagree (`Windows.unresolved`).
+    `replayed`: every window a replay of its side's CUDA graph."""
     backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [])
     started = time.perf_counter()
     while True:
         for name in names:
-            backs.walls[name].append(_trusted_window(server, name, calls, checks is not None))
+            backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed))
         if checks is not None:
             backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True))
         seed = TimedChecks.seed()
-        answer, wall_ms = _ask(session, "back", {"calls": calls, "seed": seed} if checks else {"calls": calls},
-                               timed=True)
+        request = {"calls": calls, "seed": seed, **({"graph": True} if replayed else {})} if checks else {"calls": calls}
+        answer, wall_ms = _ask(session, "back", request, timed=True)
         if answer is None:
             return "the candidate's process stopped answering during the back-to-back check"
         backs.walls[CANDIDATE].append(wall_ms)
@@ -376,10 +392,11 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
             return backs
 
 
-def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool) -> float:
+def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool, replayed: bool = False) -> float:
     """This process's clock (ms) around one back-to-back window in the trusted job: a baseline's
-    calls, or (OVERHEAD) the window's work without them, each with its window's values."""
-    request = {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {})}
+    calls (`replayed`: its graph), or (OVERHEAD) the window's work without them, each with its window's values."""
+    request = {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {}),
+               **({"graph": True} if replayed else {})}
     _, wall_ms = server.timed("back", request)
     return wall_ms
 

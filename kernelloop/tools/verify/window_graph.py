@@ -1,0 +1,73 @@
+"""A back-to-back window replayed as one CUDA graph: the device's time for the calls, read by the
+parent's clock, with no host work between them.
+
+Timed back to back as Python calls, a small kernel's window measures its host's launch path (on an
+H200's host, 0.04-0.10 ms a call for a Triton kernel whose device work takes 0.02 ms, and as much
+again from one verification to the next), so the parent's clock could confirm no event time under
+it. Captured once, the window's calls (each on its own set of the window, `Window.sets`) become one
+graph; each window then writes its fresh values into those sets and replays the graph: the device
+runs the recorded kernels back to back, the parent's clock around the request bounds their device
+time, and no code of the candidate's runs while they do, so a memo or a forged timer has nothing to
+act on (an output left from the capture is stale, and the checks of timed calls see it).
+
+A forward that can't be captured (a synchronize, `.item()`, work on another stream, an extension
+launching on the legacy stream), or that returns one buffer each call, has no graph: the parent
+then times every side of that verification as plain Python windows (timing_driver.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kernelloop.tools.verify.compare import flatten_outputs
+from kernelloop.tools.verify.fresh_values import Window
+
+
+@dataclass
+class WindowGraph:
+    """The graph of `calls` calls, each on its own set of a window, and each call's outputs (the
+    graph writes them in place on every replay)."""
+
+    graph: torch.cuda.CUDAGraph
+    calls: int
+    outputs: list[list]
+
+    @classmethod
+    def capture(cls, call: Callable[[list], object], window: Window, calls: int) -> WindowGraph | None:
+        """The graph of `call` on sets 0..calls-1 of `window`, or None where it can't be made (fewer
+        sets than calls, a forward that can't be captured, outputs that share memory across calls)."""
+        if not torch.cuda.is_available() or not window.stacks or calls > window.fit:
+            return None
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.stream(side):  # torch's rule for capture: warm on a side stream first
+                call(window.sets[0])
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                outputs = [flatten_outputs(call(window.sets[k])) for k in range(calls)]
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - not capturable: the verification's windows stay plain
+            _recover()
+            return None
+        tensors = [t for outs in outputs for t in outs if isinstance(t, torch.Tensor) and t.numel()]
+        if len({t.untyped_storage().data_ptr() for t in tensors}) < len(tensors):
+            return None
+        return cls(graph, calls, outputs)
+
+    def replay(self) -> list[list]:
+        """The calls once more, on whatever the window's sets hold now; their outputs."""
+        self.graph.replay()
+        return self.outputs
+
+
+def _recover() -> None:
+    """After a failed capture: wait for the device, so a capture error never reaches the next request."""
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - a broken context shows in the next request's own error
+        pass
