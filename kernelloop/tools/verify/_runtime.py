@@ -6,6 +6,7 @@ different processes; this module holds only code with no say in a verdict by its
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,4 +93,18 @@ def to_device(values: list, device: str) -> list:
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """Python's garbage collector held off while a back-to-back window runs (timeit's habit): a
+    collection in a process holding torch and triton takes milliseconds, which the parent's clock
+    around a window would count as the calls' time, in one window and not the next."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 

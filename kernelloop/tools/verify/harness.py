@@ -34,7 +34,7 @@ from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify import build_job
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, seed_all, synchronize, to_device
+from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, no_collection, seed_all, synchronize, to_device
 from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls prepare and preload here
     COMPILER_MODULES,
     LAUNCH_COUNTER_MODULES,
@@ -426,7 +426,8 @@ class _CandidateSession:
             elif kind == "block":
                 self.channel.send({"block": self.block(request["block"])})
             elif kind == "back":
-                self.channel.send({"back": self.back(request["back"])})
+                with no_collection():
+                    self.channel.send({"back": self.back(request["back"])})
             elif kind == "capture":
                 self.channel.send({"capture": self.capture(request["capture"])})
             elif kind == "pick":

@@ -29,6 +29,7 @@ verdict is decided from (docs/architecture.md, "The verifier and its trust bound
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from kernelloop.tools.verify._runtime import (
     OpRecorder,
     declared_precision,
     make_inputs,
+    no_collection,
     seed_all,
     synchronize,
     to_device,
@@ -405,5 +407,5 @@ def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         kind = next(iter(request), None)
         if kind == "close" or kind not in handlers:
             return {"status": "closed"}
-        with torch.no_grad():
+        with torch.no_grad(), (no_collection() if kind == "back" else contextlib.nullcontext()):
             channel.send({kind: handlers[kind](request[kind])})
