@@ -21,6 +21,7 @@ from kernelloop.problem_meta import checked_tolerance
 from kernelloop.safe_text import one_line
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import open_bounded
+from kernelloop.tools.verify._runtime import no_collection
 from kernelloop.tools.verify.claims import claimed_counts
 from kernelloop.tools.verify.tensor_files import TensorFileError, load_sets
 
@@ -174,9 +175,10 @@ class ReferenceServer:
     def timed(self, kind: str, request: dict) -> tuple[dict, float]:
         """Ask, and return the answer with the parent's own clock (ms) around it."""
         self._drain()  # answers sent ahead are read before the clock starts
-        started = time.perf_counter()
-        answer = self.ask(kind, request, timed=True)
-        return answer, (time.perf_counter() - started) * 1000.0
+        with no_collection():  # this process's collector held off while its clock runs
+            started = time.perf_counter()
+            answer = self.ask(kind, request, timed=True)
+            return answer, (time.perf_counter() - started) * 1000.0
 
     def alive(self) -> bool:
         return not self.session.ended

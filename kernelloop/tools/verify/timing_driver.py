@@ -37,6 +37,7 @@ against the events).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -47,6 +48,7 @@ from kernelloop.sandbox.runner import JobSession
 from kernelloop.tools.profile import gpu
 from kernelloop.tools.profile.measure import CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
+from kernelloop.tools.verify._runtime import no_collection
 from kernelloop.tools.verify.kept_outputs import capacity
 from kernelloop.tools.verify.reference_server import ReferenceServer
 from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
@@ -80,12 +82,14 @@ class Rehearsed:
 
 def _ask(session: JobSession, kind: str, request: dict, timed: bool = False) -> tuple[dict | None, float]:
     """One request to the candidate's child and its answer, with this process's clock (ms) around it
-    (`timed`, fresh timing only: the session's own checks kept out of it, JobSession.receive's `timed`)."""
-    started = time.perf_counter()
-    if not session.send({kind: request}):
-        return None, 0.0
-    message = session.receive(timed=timed)
-    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    (`timed`: the session's own checks kept out of it, JobSession.receive's `timed`, and this
+    process's garbage collector held off while it waits)."""
+    with no_collection() if timed else contextlib.nullcontext():
+        started = time.perf_counter()
+        if not session.send({kind: request}):
+            return None, 0.0
+        message = session.receive(timed=timed)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
     answer = message.get(kind) if message else None
     return (answer if isinstance(answer, dict) else None), elapsed_ms
 
@@ -333,7 +337,12 @@ class Windows:
                 for name, walls in self.walls.items()}
 
     def per_call(self) -> dict[str, float]:
-        return {name: statistics.median(values) for name, values in self.per_window.items()}
+        """Per side, its fastest window: whatever else runs (a collection, the scheduler, the request's
+        round trip) only adds to a window, and nothing a candidate does can take time off its calls'
+        device work, so the least is the truest, and no side can lower it but by being faster. Less
+        the fastest overhead window, FIXED_ALLOWANCE_MS, over the calls (never below 0)."""
+        overhead = min(self.overheads, default=0.0)
+        return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS) / self.calls for name, walls in self.walls.items()}
 
     def unresolved(self) -> list[str]:
         """Sides whose per-window times disagree by more than UNRESOLVED_SPREAD of their median (or are
