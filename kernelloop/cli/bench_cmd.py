@@ -50,12 +50,13 @@ console = Console()
 
 
 def _open_pool(device: str, ray: str | None, workspace: Path | None, timing: bool = True,
-               workers_per_gpu: int = 1, fresh_timing: bool = True) -> VerifierPool:
-    """The verifier workers of this bench: workers_per_gpu per local GPU (or the CPU), or Ray actors with --ray."""
+               workers_per_gpu: int = 1, fresh_timing: bool = True, limits: dict | None = None) -> VerifierPool:
+    """The verifier workers of this bench: workers_per_gpu per local GPU (or the CPU), or Ray actors with
+    --ray; `limits`: the settings' compile and run limits of a candidate's job (Settings.limits)."""
     from kernelloop.tools.verify.pool import make_pool
 
     return make_pool(device, ray, workspace=workspace, workers_per_device=workers_per_gpu, time_it=timing,
-                     fresh_timing=fresh_timing)
+                     fresh_timing=fresh_timing, **(limits or {}))
 
 
 class _PoolLease:
@@ -262,7 +263,7 @@ def bench(
             resolve_devices(device)  # a bad --device is a usage error before any worker starts
         endpoint = EndpointConfig.resolve(base_url, model, api_key) if mode is Mode.agent else None
         # PoolError: no GPU, no Ray, no cluster, a GPU shared for timing (in seconds)
-        pool = _open_pool(device, ray, space, timing, workers_per_gpu, fresh_timing)
+        pool = _open_pool(device, ray, space, timing, workers_per_gpu, fresh_timing, chosen_settings.limits.model_dump())
     except ValueError as exc:  # ProblemError, ConfigError, PoolError: one line
         fail_usage(str(exc).splitlines()[0])
     for line in chosen.skipped:  # a pipe, a symlink, a device among the problems: that one is left out
@@ -303,8 +304,11 @@ def bench(
     if result.skipped:
         console.print(plain(f"resumed: {result.skipped} job(s) already in {result.results_path}", 4000))
     if result.left:
-        console.print(plain(f"stopped at --stop-after: {result.left} job(s) left; rerun the same command to go on", 4000))
+        why = "interrupted" if result.interrupted else "stopped at --stop-after"
+        console.print(plain(f"{why}: {result.left} job(s) left; rerun the same command to go on", 4000))
     console.print(plain(f"report: {result.files.report_md} (and {result.files.report_html.name} beside it)", 4000),
                   highlight=False)
     if json_out:
         print(result.summary.model_dump_json())
+    if result.interrupted:
+        raise typer.Exit(130)  # a shell's code for a run stopped by Ctrl-C

@@ -371,7 +371,8 @@ def job_units(job: Job) -> int:
 @dataclass
 class JobsRun:
     records: list[BenchRecord]  # appended to results.jsonl as each job finished
-    left: int = 0  # jobs not started because the time cap (stop_after_s) came first
+    left: int = 0  # jobs not finished: the time cap (stop_after_s) came first, or an interrupt
+    interrupted: bool = False  # Ctrl-C: the running jobs were abandoned, what finished is kept
 
 
 def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str], results_path: Path,
@@ -381,8 +382,9 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
 
     already_done: candidates found done at the start (the progress counts candidates). After
     stop_after_s seconds no job starts; those running finish and are written, the rest are left
-    for a rerun. An error other than a ProblemError stops the run and is raised here; what
-    finished before it is already in results.jsonl, so a rerun resumes after it.
+    for a rerun. Ctrl-C (KeyboardInterrupt) stops it at once: what finished is kept, the running
+    jobs are abandoned for a rerun. An error other than a ProblemError stops the run and is raised
+    here; what finished before it is already in results.jsonl, so a rerun resumes after it.
     """
     if not jobs:
         return JobsRun([])
@@ -409,6 +411,7 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
             worker.start()
         last_line = started
         alive, done, units = len(workers), 0, 0
+        interrupted = False
         try:
             while done < len(jobs):
                 if deadline is not None and not stop.is_set() and time.monotonic() >= deadline:
@@ -417,6 +420,9 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                     item: _Finished | None = finished.get(timeout=1.0)
                 except queue.Empty:
                     continue
+                except KeyboardInterrupt:
+                    interrupted = True
+                    break
                 if item is None:
                     alive -= 1
                     if alive == 0:
@@ -443,11 +449,11 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
                     last_line = now
             if log_lines:  # the last word, also when the time cap ended the run
                 state = pace(units, already_done, total, time.monotonic() - started)
-                stderr.print(escape(f"{suite}: {state.line()}" + (", stopped at the time cap" if done < len(jobs) else "")),
-                             highlight=False)
+                stopped = ", interrupted" if interrupted else ", stopped at the time cap" if done < len(jobs) else ""
+                stderr.print(escape(f"{suite}: {state.line()}{stopped}"), highlight=False)
         finally:
             stop.set()
-    return JobsRun(new_records, left=len(jobs) - done)
+    return JobsRun(new_records, left=len(jobs) - done, interrupted=interrupted)
 
 
 # --------------------------------------------------------------------------- one bench, end to end
@@ -460,7 +466,8 @@ class BenchResult:
     results_path: Path
     ran: int  # jobs run now (problems; listed solutions one each)
     skipped: int  # jobs found finished in results.jsonl
-    left: int = 0  # jobs not started: the time cap came first; a rerun goes on with them
+    left: int = 0  # jobs not run: the time cap came first, or an interrupt; a rerun goes on with them
+    interrupted: bool = False  # Ctrl-C stopped it
 
 
 def plan_jobs(problems: Sequence[Problem], mode: Mode, candidates: CandidateMatch | None = None,
@@ -524,7 +531,8 @@ def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequenc
     notes = [*_notes(records, match, len(jobs) - len(todo), suite.subset),
              *(f"problem file not read: {line}" for line in suite.skipped)]
     if run.left:
-        notes.append(f"{run.left} of {len(jobs)} job(s) not run yet: the time cap came first; a rerun into "
+        why = "it was interrupted (Ctrl-C)" if run.interrupted else "the time cap came first"
+        notes.append(f"{run.left} of {len(jobs)} job(s) not run yet: {why}; a rerun into "
                      "the same directory goes on with them")
     names = [p.name for p in suite.problems]
     if run.left:  # a partial run is scored over the problems it has judged, not counted unsolved for the rest
@@ -533,7 +541,8 @@ def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequenc
     summary = metrics.summarize(suite.name, mode, names, records, notes=notes)
     files = write_report(out_dir, summary, attention=suite.kind == "attention")
     ran = len(todo) - run.left
-    return BenchResult(summary, files, results_path, ran=ran, skipped=len(jobs) - len(todo), left=run.left)
+    return BenchResult(summary, files, results_path, ran=ran, skipped=len(jobs) - len(todo), left=run.left,
+                       interrupted=run.interrupted)
 
 
 def _problem_number(path: Path) -> int | None:

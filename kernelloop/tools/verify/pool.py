@@ -318,10 +318,15 @@ class LocalPool(VerifierPool):
         return worker.time_baselines(problem)
 
     def close(self) -> None:
+        """Every worker closed at once (each waits a few seconds at most for its sandbox workers), so
+        closing a pool of many workers (Ctrl-C on a bench) takes as long as its slowest, not their sum."""
         if self._stage is not None:
             self._stage.close()
-        for worker in self._workers.close():
-            worker.close()
+        closing = [threading.Thread(target=worker.close, daemon=True) for worker in self._workers.close()]
+        for thread in closing:
+            thread.start()
+        for thread in closing:
+            thread.join()
 
 
 # --------------------------------------------------------------------------- Ray
