@@ -255,9 +255,10 @@ def tables(out: dict) -> str:
 def write_report(folder: Path) -> None:
     """DIR/README.md, made from DIR/fresh_values.json (the raw numbers beside it) by this script alone."""
     out = json.loads((folder / "fresh_values.json").read_text())
+    notes = (folder / "notes.md").read_text().strip() + "\n\n" if (folder / "notes.md").is_file() else ""
     text = (f"# Trusted speed by default, measured on {out['device']}\n\n"
-            "Made by `python benchmarks/fresh_values.py --report DIR` from `fresh_values.json` beside it "
-            "(every verdict's numbers); the run: `benchmarks/fresh_values.py --reps N --off M`.\n\n```\n"
+            "Made by `python benchmarks/fresh_values.py --report DIR` from `fresh_values.json` (every verdict's "
+            "numbers) and `notes.md` (what the run was) beside it.\n\n" + notes + "```\n"
             + tables(out) + "\n```\n"
             + (f"\nNot run within the call's budget: {', '.join(out['skipped'])}\n" if out.get("skipped") else ""))
     (folder / "README.md").write_text(text)

@@ -58,10 +58,10 @@ FIRST_BLOCK_ROUNDS = 10
 MAX_BLOCK_ROUNDS = 200
 MIN_ROUNDS, MIN_CANDIDATE_MS, MAX_ROUNDS = 50, 100.0, 1000
 MAX_TIMED_S = 20.0  # wall-clock cap on the blocks, both processes together
-BACK_TO_BACK_MS = 50.0  # calls timed back to back, per side, over all its windows
+BACK_TO_BACK_MS = 20.0  # calls timed back to back, per side, over all its windows (its fastest counts)
 WINDOW_MS = 10.0  # about this much work in one window (fewer calls where their sets don't fit)
 MIN_CALLS, MAX_CALLS = 5, 2000
-MIN_WINDOWS, MAX_WINDOWS = 3, 10
+MIN_WINDOWS, MAX_WINDOWS = 3, 6
 # Of every window, what the parent's clock can't attribute to its calls: the request's round trip and
 # the child's own fixed work, which on an H200 ran about 0.7 ms longer in a candidate's child than in
 # the trusted job whose overhead window is taken off (from the excess of 8 examples' graph replays
