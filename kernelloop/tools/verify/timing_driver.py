@@ -28,11 +28,13 @@ same way, in windows: the parent's clock around one request of `calls` calls. Wi
 window's request does three things, each ended by a device-wide synchronize: the sets written (a
 set of its own per call, when the request arrives: inside the clock, so an answer computed from
 them is timed too), the calls back to back (each output held, nothing else), then the digests of
-the outputs. The trusted job's "overhead" window does the first and last alone; the parent takes
-it off each side's window, which leaves the calls. Windows are sized to WINDOW_MS of work and
-repeated (MIN_WINDOWS to MAX_WINDOWS) until BACK_TO_BACK_MS of calls are timed and each side's
-per-call times agree; their median is the side's back-to-back time (speed.counted_ms weighs it
-against the events).
+the outputs. Where every side's calls can be captured, they are one CUDA graph per side
+(window_graph.py), replayed in each window: no host work between the calls and no candidate code
+while they run, so the clock bounds their device time. The trusted job's "overhead" window does
+the first and last step alone; a side's time per call is its fastest window less the fastest
+overhead window and FIXED_ALLOWANCE_MS, over the calls (noise only ever adds to a window). Windows
+are sized to WINDOW_MS of work and repeated (MIN_WINDOWS to MAX_WINDOWS) until BACK_TO_BACK_MS of
+calls are timed and each side's windows agree; speed.counted_ms weighs that time against the events.
 """
 
 from __future__ import annotations
