@@ -1,18 +1,17 @@
-"""Fresh values for every timed call and checks of timed calls picked at random, on a real GPU.
+"""Fresh values for every timed call (the default) and checks of timed calls picked at random, on a real GPU.
 
 The digests and the seeded refill must be the same on the device as on the CPU (the parent may
 compare on either; the trusted job and the candidate's child must agree bit for bit); an honest
-kernel is timed with its per-call overhead measured and taken off, and an example's speedup is
-where it was without fresh timing (within the 3% the issue allows; the first design's window
-moved 12_Scale_BiasAdd_Tanh_Clamp 3.65x -> 1.38-2.06x); memos keyed by address,
-`_version` or content are caught or read at their honest twin's speed with the static rules off;
-a child that fixes up only the outputs picked for checking contradicts its digests.
+kernel is timed back to back with its windows' own work measured and taken off; an example's
+default speedup stands on its events (within 3%), and five verifications agree on the clock
+with a spread under 3%; memos keyed by address, `_version` or content are caught or read at
+their honest twin's speed with the static rules off; a child that fixes up only the outputs
+picked for checking contradicts its digests.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import statistics
 import sys
 from pathlib import Path
 
@@ -110,27 +109,27 @@ def test_an_honest_kernel_is_timed_with_its_fresh_values_overhead_taken_off(time
     assert verdict.speedup is not None and "timed calls picked at random" in verdict.feedback
     candidate = verdict.timings["candidate"]
     assert candidate.overhead_ms_per_call is not None and candidate.overhead_ms_per_call > 0
-    assert candidate.host_ms_per_call is not None and candidate.host_ms_per_call > 0
+    assert candidate.host_ms_per_call is not None and candidate.counted_ms is not None
+    assert candidate.replayed  # these three can be captured: their windows are graph replays
 
 
-@pytest.mark.parametrize("stem", ["12_Scale_BiasAdd_Tanh_Clamp", "2_SoftmaxIrregular"])
-def test_fresh_timing_leaves_an_honest_examples_speedup_where_it_was(timed, stem):
-    candidate = Candidate.from_file(ROOT / "examples" / "candidates" / f"{stem}.py")
+@pytest.mark.parametrize("stem", ["12_Scale_BiasAdd_Tanh_Clamp", "13_CumsumRows", "6_MatmulFP16", "attention/1_causal_mask"])
+def test_an_honest_examples_default_speedup_stands_on_its_events_and_verifications_agree(timed, stem):
+    folder = "attention_candidates" if stem.startswith("attention/") else "candidates"
+    candidate = Candidate.from_file(ROOT / "examples" / folder / f"{stem.split('/')[-1]}.py")
     problem = Problem.from_file(ROOT / "kernelloop" / "evals" / "problems" / f"{stem}.py")
-    speedups: dict[bool, list[float]] = {False: [], True: []}
-    sources: set[str] = set()
-    try:
-        for fresh in (False, True, True, False):  # alternating, one warm verifier
-            timed.fresh_timing = fresh
-            verdict = timed.verify(candidate, problem)
-            assert verdict.status is Status.correct and verdict.speedup is not None, verdict.reason
-            speedups[fresh].append(verdict.speedup)
-            sources.add(verdict.speed_source)
-    finally:
-        timed.fresh_timing = True
-    ratio = statistics.median(speedups[True]) / statistics.median(speedups[False])
-    assert abs(ratio - 1) < 0.03, f"{stem}: fresh on/off {ratio:.3f} ({speedups}, {sources})"
-    assert len(sources) == 1, sources
+    speedups, clocks = [], set()
+    for _ in range(5):
+        verdict = timed.verify(candidate, problem)
+        assert verdict.status is Status.correct and verdict.speedup is not None, verdict.reason
+        cand, eager = verdict.timings["candidate"], verdict.timings["eager"]
+        events = verdict.speedup * (cand.counted_ms / cand.median_ms) / (eager.counted_ms / eager.median_ms)
+        assert abs(verdict.speedup / events - 1) < 0.03, \
+            f"{stem}: {verdict.speedup:.3f}x, events {events:.3f}x ({verdict.speed_source})"
+        speedups.append(verdict.speedup)
+        clocks.add((cand.clock, eager.clock))
+    assert max(speedups) / min(speedups) < 1.03, f"{stem}: {speedups}"
+    assert len(clocks) == 1, clocks
 
 
 @pytest.fixture(scope="module")
