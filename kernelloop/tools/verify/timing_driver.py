@@ -33,8 +33,8 @@ the outputs. Where every side's calls can be captured, they are one CUDA graph p
 while they run, so the clock bounds their device time. The trusted job's "overhead" window does
 the first and last step alone; a side's time per call is its fastest window less the fastest
 overhead window and FIXED_ALLOWANCE_MS, over the calls (noise only ever adds to a window). Windows
-are sized to WINDOW_MS of work and repeated (MIN_WINDOWS to MAX_WINDOWS) until BACK_TO_BACK_MS of
-calls are timed and each side's windows agree; speed.counted_ms weighs that time against the events.
+are sized to WINDOW_MS of work; MIN_WINDOWS of them, more (to MAX_WINDOWS) while the parent's clock
+would outweigh a side's events (speed.counted_ms weighs one against the other).
 """
 
 from __future__ import annotations
@@ -53,14 +53,13 @@ from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify._runtime import no_collection
 from kernelloop.tools.verify.kept_outputs import capacity
 from kernelloop.tools.verify.reference_server import ReferenceServer
-from kernelloop.tools.verify.speed import SpeedJudgement, judge_speed
+from kernelloop.tools.verify.speed import PARENT_CLOCK, SpeedJudgement, counted_ms, judge_speed
 from kernelloop.tools.verify.timed_checks import BLOCK_PICKS, SCRUTINY_ROUNDS, TimedChecks, TimedFailure
 
 FIRST_BLOCK_ROUNDS = 10
 MAX_BLOCK_ROUNDS = 200
 MIN_ROUNDS, MIN_CANDIDATE_MS, MAX_ROUNDS = 50, 100.0, 1000
 MAX_TIMED_S = 20.0  # wall-clock cap on the blocks, both processes together
-BACK_TO_BACK_MS = 20.0  # calls timed back to back, per side, over all its windows (its fastest counts)
 WINDOW_MS = 10.0  # about this much work in one window (fewer calls where their sets don't fit)
 MIN_CALLS, MAX_CALLS = 5, 2000
 MIN_WINDOWS, MAX_WINDOWS = 3, 6
@@ -70,7 +69,6 @@ MIN_WINDOWS, MAX_WINDOWS = 3, 6
 # over their events). Taken off every side alike: an honest call's time then stays at or under its
 # events, and a forged timer gains at most this over a window's calls.
 FIXED_ALLOWANCE_MS = 1.0
-UNRESOLVED_SPREAD = 0.5  # per-window times whose half-range passes this share of their median: more windows
 OVERHEAD = "overhead"  # the trusted job's window of everything but the calls
 
 
@@ -176,7 +174,7 @@ def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int |
             wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - total) / per_round))
             rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
         calls = _window_calls(samples, parent_block_ms, MAX_CALLS)
-        backs = _windows(session, server, names, calls, None)
+        backs = _windows(session, server, names, calls, _medians(samples), None)
         if not isinstance(backs, Windows):  # no checks without fresh values: only the child's breaking off
             return backs if isinstance(backs, str) else backs.reason
     if laps is not None:
@@ -196,7 +194,6 @@ def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int |
         launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
-    judged.warnings += backs.notes()
     return judged
 
 
@@ -278,7 +275,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         replayed = _capture(session, server, names, calls)
         if isinstance(replayed, str):
             return replayed
-        backs = _windows(session, server, names, calls, checks, replayed)
+        backs = _windows(session, server, names, calls, _medians(samples), checks, replayed)
         if not isinstance(backs, Windows):
             return backs
     if laps is not None:
@@ -303,8 +300,11 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         launches=[item for item in launches if isinstance(item, dict)] if isinstance(launches, list) else [],
         roofline=baseline_setup.get("roofline") or {}, gpu=state, device_name=baseline_setup.get("device_name"),
         phase_s={"timing": time.perf_counter() - started}))
-    judged.warnings += backs.notes()
     return judged
+
+
+def _medians(samples: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in samples.items() if values}
 
 
 def _window_calls(samples: dict[str, list[float]], parent_block_ms: list[float], most: int) -> int:
@@ -346,22 +346,14 @@ class Windows:
         overhead = min(self.overheads, default=0.0)
         return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS) / self.calls for name, walls in self.walls.items()}
 
-    def unresolved(self) -> list[str]:
-        """Sides whose per-window times disagree by more than UNRESOLVED_SPREAD of their median (or are
-        all zero: the overhead as long as the calls): the parent's clock can't tell their time yet."""
-        return [name for name, values in self.per_window.items()
-                if statistics.median(values) <= 0 or
-                (max(values) - min(values)) / 2 > UNRESOLVED_SPREAD * statistics.median(values)]
+    def deciding(self, events_ms: dict[str, float]) -> list[str]:
+        """Sides whose parent-clock time would outweigh their events (speed.counted_ms): the ones the
+        windows go on for, so the clock that decides has had its fastest window found."""
+        return [name for name, ms in self.per_call().items()
+                if name in events_ms and counted_ms(events_ms[name], ms)[1] == PARENT_CLOCK]
 
     def overhead_ms_per_call(self) -> float | None:
-        return statistics.median(self.overheads) / self.calls if self.overheads else None
-
-    def notes(self) -> list[str]:
-        """A warning for each side the parent's clock could not resolve within MAX_WINDOWS."""
-        return [f"back to back, {name}'s calls could not be told apart from the window's own work in "
-                f"{self.windows} windows of {self.calls} calls (per call: "
-                + ", ".join(f"{v:.4f}" for v in self.per_window[name]) + " ms): its events decide its time"
-                for name in self.unresolved()]
+        return min(self.overheads) / self.calls if self.overheads else None
 
 
 def _capture(session: JobSession, server: ReferenceServer, names: list[str], calls: int) -> bool | str:
@@ -375,13 +367,13 @@ def _capture(session: JobSession, server: ReferenceServer, names: list[str], cal
     return bool(answer.get("graph")) and set(names) <= set(made)
 
 
-def _windows(session: JobSession, server: ReferenceServer, names: list[str], calls: int,
+def _windows(session: JobSession, server: ReferenceServer, names: list[str], calls: int, events_ms: dict[str, float],
              checks: TimedChecks | None, replayed: bool = False) -> Windows | TimedFailure | str:
     """Rounds of back-to-back windows, every baseline's in the trusted job and the candidate's in its
     child, with (fresh values, `checks`) the overhead window and a check of one call of each
-    candidate window picked at random; at least MIN_WINDOWS, then more while fewer than
-    BACK_TO_BACK_MS of calls are timed or a side's times disagree (`Windows.unresolved`).
-    `replayed`: every window a replay of its side's CUDA graph."""
+    candidate window picked at random; MIN_WINDOWS, then more (to MAX_WINDOWS) while the parent's
+    clock would decide a side over its events (`Windows.deciding`, with `events_ms`, each side's
+    event median). `replayed`: every window a replay of its side's CUDA graph."""
     backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [])
     started = time.perf_counter()
     while True:
@@ -403,8 +395,7 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
             failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
             if failed is not None:
                 return failed
-        timed_ms = calls * min(sum(values) for values in backs.per_window.values())
-        enough = backs.windows >= MIN_WINDOWS and timed_ms >= BACK_TO_BACK_MS and not backs.unresolved()
+        enough = backs.windows >= MIN_WINDOWS and not backs.deciding(events_ms)
         out_of_time = backs.windows >= 2 and time.perf_counter() - started > MAX_TIMED_S
         if enough or out_of_time or backs.windows >= MAX_WINDOWS:
             return backs
