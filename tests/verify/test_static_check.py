@@ -55,6 +55,10 @@ def test_honest_code_passes():
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", "monkeypatch"),
     ("from torch import Tensor\nTensor.__eq__ = None", "monkeypatch"),
     ("def f():\n    global g\n    g = 1", "monkeypatch"),
+    # a name bound nowhere is the reference's (shared_names.py): `torch` the candidate never imported
+    ("torch.equal = lambda *a: True", "monkeypatch"),
+    ("t = torch\nt.equal = None", "monkeypatch"),
+    ("def f():\n    helper().equal = None", "monkeypatch"),
     ("import torch\ns = torch.cuda.Stream()", "stream or thread"),
     ("import torch\nwith torch.cuda.stream(None):\n    pass", "stream or thread"),
 ])

@@ -339,15 +339,32 @@ def _prefixes(path: str) -> Iterator[str]:
             yield path[:match.start()]
 
 
+def _free_names(tree: ast.Module) -> set[str]:
+    """Names read somewhere and bound nowhere in the module, and not builtins: at run time they are
+    the reference's (shared_names.py) or a NameError."""
+    bindings = _analysis(tree).bindings
+    free = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            found = bindings.lookup(node)
+            if not found.bindings and not found.builtin:
+                free.add(node.id)
+    return free
+
+
 class _Aliases:
     """Flow-insensitive tracking of names and attribute paths that may hold a module, or a class
     or function from one: `t = torch`, `F = torch.nn.functional`, `self.T = torch.Tensor`,
     `T = type(x)`, `for m in (torch,)`, a parameter some call passes `torch` to, a function that
-    returns `torch`. Writing through any of them is writing into the module."""
+    returns `torch`. Writing through any of them is writing into the module. A name the candidate
+    reads and binds nowhere (no builtin either) comes from the reference's names (shared_names.py)
+    or nowhere: it counts as an alias, and calling it as a function that may return one, since
+    the lint can't see what the reference bound it to (a `torch` the candidate never imported)."""
 
     def __init__(self, tree: ast.Module):
-        self.paths: set[str] = set(_imported_names(tree)) | {"type"}
-        self.returners: set[str] = {"type"}  # functions that return a module (or part of one)
+        free = _free_names(tree)
+        self.paths: set[str] = set(_imported_names(tree)) | {"type"} | free
+        self.returners: set[str] = {"type"} | free  # functions that return a module (or part of one)
         self.tree = tree
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = defaultdict(list)
         self.classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
