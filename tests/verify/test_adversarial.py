@@ -166,8 +166,6 @@ def corpus_files() -> list[Path]:
 # Attacks a red team found open, kept in the corpus with the verdict they must get once fixed: each is an
 # expected failure (strict, so a fix shows as XPASS and its entry must go). Stem -> what is open.
 _OPEN = {
-    "redteam3_copy_kernel_then_torch": "an own kernel that only copies the input passes the decoy check, and the op "
-                                       "rule matches names (clamp_min is not relu)",
     # Left open while closing the count rule's false rejections (redteam3 found what the closing opened):
     "own_transpose_triton": "copies are not counted as work taken over (a view that drops the reference's copy read "
                             "as one), so an own kernel doing the reference's copy is read as leaving the work to torch",
