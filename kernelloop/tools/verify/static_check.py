@@ -31,6 +31,7 @@ from typing import cast
 from kernelloop import source_ast
 from kernelloop.records import Code
 from kernelloop.tools.verify.bindings import Bindings, Instances
+from kernelloop.tools.verify.native_scan import first_unknown
 
 # Modules a kernel may import. Anything else (os, sys, subprocess, socket, ctypes, threading,
 # importlib, pickle, ...) can reach the process, the network or the checker.
@@ -288,6 +289,42 @@ def check_build_arguments(tree: ast.Module) -> str | None:
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and id(node) not in called \
                 and (builder := _builder(node, bindings)):
             return f"forbidden call: {builder} used at line {node.lineno} other than by a direct call"
+    return None
+
+
+SOURCE_ARGUMENTS = {"cpp_sources": 1, "cuda_sources": 2}  # load_inline's source arguments, by keyword or position
+
+
+def check_extension_sources(tree: ast.Module) -> str | None:
+    """The C++/CUDA of each load_inline call, all its sources together, holds only what kernels and their
+    host wrappers need (native_scan.py, an allowlist); sources the lint can't read as text are refused."""
+    bindings = Bindings(tree)
+    folder = _Folder(tree)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _builder(node.func, bindings) == "load_inline"):
+            continue
+        named = {keyword.arg: keyword.value for keyword in node.keywords if keyword.arg}
+        texts: list[str] = []
+        for argument, position in SOURCE_ARGUMENTS.items():
+            value = named.get(argument, node.args[position] if len(node.args) > position else None)
+            if value is None or (isinstance(value, ast.Constant) and value.value is None):
+                continue
+            try:
+                parts: list[str | None] = [folder.fold(element) for element in value.elts] \
+                    if isinstance(value, (ast.List, ast.Tuple)) else [folder.fold(value)]
+                if parts == [None] and isinstance(value, ast.Name):  # a name bound to a list of sources
+                    listed = folder.sequence(value)
+                    parts = list(listed) if listed is not None else [None]
+            except _TooMuchText:
+                return None  # check_strings names it
+            if any(part is None for part in parts):
+                return (f"forbidden call: load_inline at line {node.lineno}: its {argument} is not text the lint can "
+                        "read; write the C++/CUDA out as string constants")
+            texts.extend(part for part in parts if part is not None)
+        why = first_unknown("\n".join(texts))
+        if why:
+            return (f"forbidden call: load_inline at line {node.lineno}: {why}; an extension may use only CUDA, "
+                    "ATen/torch, c10, math, standard containers and algorithms, TORCH_CHECK and PYBIND11_MODULE/m.def")
     return None
 
 
@@ -952,6 +989,7 @@ CHECKS: tuple[tuple[Code, Callable[[ast.Module], str | None]], ...] = (
     (Code.forbidden_import, check_imports), (Code.try_except, check_try), (Code.reference_model, check_reference),
     (Code.monkeypatch, check_monkeypatch), (Code.stream_or_thread, check_streams), (Code.forbidden_call, check_calls),
     (Code.forbidden_import, check_submodule_paths), (Code.forbidden_call, check_build_arguments),
+    (Code.forbidden_call, check_extension_sources),
 )
 
 
