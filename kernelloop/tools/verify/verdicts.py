@@ -180,7 +180,26 @@ def correct(trials: int, worst_abs: float, worst_rel: float, comparisons: list[C
         verdict = with_speed(verdict, judged)
         if verdict.degenerate_outputs and verdict.win:
             verdict.win = False  # as fast as it likes: zeros would be as right
+    verdict.own_kernel_evidence = PARENT_TIMED_WIN if verdict.win else IN_PROCESS_CLAIM
+    if not verdict.win:
+        verdict.warnings.append(UNVERIFIED_NOTE)
     return verdict
+
+
+IN_PROCESS_CLAIM, PARENT_TIMED_WIN = "in-process claim", "parent-timed win"
+UNVERIFIED_NOTE = ("own kernels unverified: only the candidate's own process says its kernels ran and did the work "
+                   "(launches, ops, the decoy check: an in-process claim); no faster-than-eager time from the parent "
+                   "bears it out")
+
+
+def claims_unverified(verdict: Verdict) -> Verdict:
+    """--strict-claims: a correct verdict whose own-kernel evidence is only an in-process claim is refused."""
+    return rejected(Code.claims_unverified, "not judged correct: --strict-claims, and its own kernels doing the work "
+                    "is only an in-process claim (no faster-than-eager time from the parent bears it out)",
+                    device=verdict.device, own_kernels=verdict.own_kernels, library_ops=verdict.library_ops,
+                    own_kernel_evidence=verdict.own_kernel_evidence, isolation=verdict.isolation,
+                    containment=verdict.containment, warnings=verdict.warnings, stdout_tail=verdict.stdout_tail,
+                    stderr_tail=verdict.stderr_tail, cost_s=verdict.cost_s)
 
 
 def degenerate_note(outputs: list[int], round_off: dict[int, float]) -> str:
