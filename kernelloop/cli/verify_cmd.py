@@ -202,7 +202,8 @@ def verify(
             # One candidate: a compile stage would only start build workers (a torch import per core)
             # beside the cold path's own, to build what the candidate's job can build as well.
             with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
-                                                     strict_claims=strict_claims, time_it=time_it, fresh_timing=fresh_timing, compile_workers=0,
+                                                     strict_claims=strict_claims, time_it=time_it,
+                                                     fresh_timing=fresh_timing, compile_workers=0,
                                                      **chosen.limits.model_dump()) as pool:
                 verdict = pool.verify(loaded_candidate, loaded_problem)
                 closing = time.perf_counter()
