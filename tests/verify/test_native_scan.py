@@ -85,8 +85,47 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 '''
 
 
+ERROR_CHECKS = r'''
+#include <torch/extension.h>
+#include <cuda_fp16.h>
+struct __align__(16) Vec { float a[4]; };
+struct alignas(8) Pair2 { float x, y; };
+union { float f; int i; } bits;
+namespace {
+constexpr uint32_t kChunk = 4096u;
+template<int THREADS>
+__global__ void k(const uint32_t * A, uint32_t * result, uint32_t n) {
+    __shared__ uint32_t best[THREADS];
+    best[threadIdx.x] = A[threadIdx.x] & ~31ll;
+    const uint32_t mask = __ballot_sync(0xffffffffu, best[0] != 0u);
+    if (threadIdx.x == 0) atomicMax(result, max(mask, (uint32_t)__clz(best[0])));
+}
+}  // namespace
+__device__ float g(Vec v, Pair2 p) {
+    auto [q, r] = std::make_pair(1, 2);
+    float s __attribute__((unused)) = 0;
+    return v.a[0] + p.x + q + r + bits.f + s + __half2float(__hmul(__float2half(1.f), __float2half(2.f)));
+}
+inline void gpuAssert(cudaError_t code, const char *file, int line, bool abort=true) {
+    if (code != cudaSuccess) {
+        fprintf(stderr, "GPUassert: %s %s %d\n", cudaGetErrorString(code), file, line);
+        if (abort) exit(EXIT_FAILURE);
+    }
+}
+#define gpuErrchk(ans) { gpuAssert((ans), __FILE__, __LINE__); }
+void h(torch::Tensor x) {
+    gpuErrchk(cudaSetDevice(x.get_device()));
+    uint32_t* d = nullptr;
+    cudaMalloc(&d, sizeof(uint32_t));
+    k<256><<<dim3(1u, 1u, 1u), 256>>>(d, d, kChunk);
+    cudaFree(d);
+}
+'''
+
+
 def test_what_kernels_and_their_wrappers_write_passes():
     assert first_unknown(HONEST) is None
+    assert first_unknown(ERROR_CHECKS) is None
 
 
 WRAPPER = "torch::Tensor f(torch::Tensor x) {{ {} return x; }}"
@@ -120,6 +159,7 @@ WRAPPER = "torch::Tensor f(torch::Tensor x) {{ {} return x; }}"
     ('std::ofstream out("claims.json");', "ofstream"),
     ('torch::jit::compile("def f(x): return x");', "jit"),
     ('cudaStream_t s; cudaStreamCreate(&s);', "cudaStreamCreate"),
+    ('cudaLaunchHostFunc(0, nullptr, nullptr);', "cudaLaunchHostFunc"),
 ])
 def test_reaching_outside_is_refused_with_the_name(body, named):
     why = first_unknown(WRAPPER.format(body))
@@ -131,6 +171,7 @@ def test_reaching_outside_is_refused_with_the_name(body, named):
     ("long read(int, void*, size_t);\nint f() { char b[4]; return (int)read(0, b, 4); }", "read"),
     ("void write(float* p) { *p = 0; }\nvoid g() { write(1, \"x\", 1); }", "write"),
     ('TORCH_LIBRARY(aten, m) { m.def("relu"); }', "TORCH_LIBRARY"),
+    ("struct { int a; } read;\nint f() { return 0; }", "read"),
     ("#line 1 \"x\"\n", "directive"),
 ])
 def test_declarations_headers_and_registration_are_refused(source, named):
