@@ -137,6 +137,7 @@ class Code(str, Enum):
     leaves_work_to_torch = "leaves_work_to_torch"
     library_ops_strict = "library_ops_strict"
     not_isolated = "not_isolated"  # --strict, and the job could not be contained (the sandbox's fault, not the candidate's)
+    claims_unverified = "claims_unverified"  # --strict-claims, and only the candidate's process says its kernels did the work
     writes_to_inputs = "writes_to_inputs"
     aliases_input = "aliases_input"
     decoy_kernel = "decoy_kernel"
@@ -440,6 +441,10 @@ class Verdict(Record):
     suspicious: list[str] = field(default_factory=list)  # signs the result is too good to be true
     library_ops: list[str] = field(default_factory=list)  # reference compute ops the candidate still runs in torch
     own_kernels: list[str] = field(default_factory=list)  # kernels of the candidate's own that ran
+    # What bears out that its own kernels did the work (a correct verdict): "in-process claim" (its own
+    # process reported the launches and ops, and ran the decoy check) or "parent-timed win" (faster than
+    # eager by the parent's timing, which torch doing the work beside a decoy can't be)
+    own_kernel_evidence: str = ""
     warnings: list[str] = field(default_factory=list)
     feedback: str = ""  # text for the coder: what went wrong and where
     stdout_tail: str = ""

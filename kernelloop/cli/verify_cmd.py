@@ -168,6 +168,8 @@ def verify(
     device: str | None = typer.Option(None, help=DEVICE_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="print the verdict as one JSON object"),
     strict: bool = typer.Option(False, help="reject any reference compute op still run through torch"),
+    strict_claims: bool = typer.Option(False, "--strict-claims", help="refuse a correct verdict whose own kernels "
+                                       "doing the work is only the candidate process's claim (own_kernel_evidence)"),
     time_it: bool = typer.Option(True, "--time/--no-time", help="measure speed (GPU only)"),
     fresh_timing: bool = typer.Option(True, "--fresh-timing/--no-fresh-timing", help=FRESH_TIMING_HELP),
     timeout: float | None = typer.Option(None, min=1, help=f"seconds allowed for each of the compile and run phases "
@@ -200,7 +202,8 @@ def verify(
             # One candidate: a compile stage would only start build workers (a torch import per core)
             # beside the cold path's own, to build what the candidate's job can build as well.
             with showing_phases(progress), make_pool(chosen.device, workspace=chosen.home, strict=strict,
-                                                     time_it=time_it, fresh_timing=fresh_timing, compile_workers=0,
+                                                     strict_claims=strict_claims, time_it=time_it,
+                                                     fresh_timing=fresh_timing, compile_workers=0,
                                                      **chosen.limits.model_dump()) as pool:
                 verdict = pool.verify(loaded_candidate, loaded_problem)
                 closing = time.perf_counter()

@@ -166,8 +166,9 @@ def corpus_files() -> list[Path]:
 # Attacks a red team found open, kept in the corpus with the verdict they must get once fixed: each is an
 # expected failure (strict, so a fix shows as XPASS and its entry must go). Stem -> what is open.
 _OPEN = {
-    "redteam3_copy_kernel_then_torch": "an own kernel that only copies the input passes the decoy check, and the op "
-                                       "rule matches names (clamp_min is not relu)",
+    "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
+                             "from a value it made itself, and numpy's work records no torch op (the verdict says "
+                             "\"in-process claim\"; --strict-claims refuses it)",
     # Left open while closing the count rule's false rejections (redteam3 found what the closing opened):
     "own_transpose_triton": "copies are not counted as work taken over (a view that drops the reference's copy read "
                             "as one), so an own kernel doing the reference's copy is read as leaving the work to torch",
@@ -318,3 +319,19 @@ def test_verifier_survives_the_corpus(verifier):
     verdict = verifier.verify(Candidate.from_file(FIXTURES / "honest" / "relu_triton.py"),
                               Problem.from_file(PROBLEMS / "relu.py"))
     assert verdict.status is Status.correct, verdict.reason
+
+
+def test_strict_claims_refuses_a_verdict_whose_own_kernels_are_only_claimed(verifier):
+    """On the CPU only the candidate's process says its kernels did the work (launches, ops, the decoy runs):
+    the verdict says so, and strict_claims refuses it, the honest and the numpy-gate cheat alike."""
+    problem = Problem.from_file(PROBLEMS / "relu.py")
+    verdict = verifier.verify(Candidate.from_file(FIXTURES / "honest" / "relu_triton.py"), problem)
+    assert verdict.ok and verdict.own_kernel_evidence == "in-process claim"
+    assert any(warning.startswith("own kernels unverified") for warning in verdict.warnings)
+    verifier.strict_claims = True
+    try:
+        for path in (FIXTURES / "honest" / "relu_triton.py", FIXTURES / "cheats" / "numpy_work_probe_gate.py"):
+            refused = verifier.verify(Candidate.from_file(path), problem)
+            assert refused.status is Status.rejected and refused.code.value == "claims_unverified", refused.reason
+    finally:
+        verifier.strict_claims = False

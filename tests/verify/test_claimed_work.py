@@ -34,3 +34,21 @@ def test_counts_from_the_childs_process_are_checked():
     assert claimed_counts(["relu", "mul"]) == {"relu": 1, "mul": 1}
     assert claimed_counts("add_") == {}
 
+
+
+def test_as_many_torch_calls_as_the_reference_under_other_names_leaves_the_work_to_torch():
+    """issue 35: a copy kernel, then clamp_min where the reference runs relu (or a gate beside softmax)."""
+    verdict = claimed_work(["copy_kernel"], ["relu"], {"clamp_min"}, [], False, BASE,
+                           reference_counts={"relu": 1}, candidate_counts={"clamp_min": 1})
+    assert verdict is not None and verdict.code is Code.leaves_work_to_torch and "clamp_min" in verdict.reason
+    assert judged({"convolution": 20, "relu_": 17, "mul": 28}) is not None  # 65 calls, as many as the reference
+    assert judged({"convolution": 20, "relu_": 17, "mul": 20}) is None
+
+
+def test_a_correct_verdict_says_what_bears_out_its_own_kernels_and_strict_claims_refuses_a_claim():
+    from kernelloop.tools.verify import verdicts
+
+    verdict = verdicts.correct(3, 0.0, 0.0, [], {}, None, {"device": "cpu", "own_kernels": ["k"], "library_ops": []})
+    assert verdict.own_kernel_evidence == "in-process claim" and verdict.warnings[-1] == verdicts.UNVERIFIED_NOTE
+    refused = verdicts.claims_unverified(verdict)
+    assert refused.code is Code.claims_unverified and not refused.ok and refused.own_kernels == ["k"]

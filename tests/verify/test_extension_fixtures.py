@@ -12,12 +12,7 @@ from tests.verify.test_adversarial import FIXTURES, check_fixture
 
 EXTENSIONS = sorted((FIXTURES / "extensions").glob("*.py"))
 # Open, with the verdict each must get once fixed (strict: a fix shows as XPASS and its entry must go).
-OPEN = {
-    "decoy_extension_beside_torch": "load_inline functions are not disturbed by the decoy check (noise on what they "
-                                    "return read an honest out-parameter function as a decoy), and clamp is not relu",
-    "redteam3_ext_gate_one": "a load_inline function returning a 1.0 gate is never disturbed, and the op rule "
-                             "matches names (clamp_min is not relu)",
-}
+OPEN: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

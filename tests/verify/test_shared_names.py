@@ -47,3 +47,20 @@ class ModelNew:
 def test_an_unparsable_source_takes_nothing():
     assert names_from_reference("def (", REFERENCE) == []
     assert names_from_reference("x = batch_size", "def (") == []
+
+
+def test_only_values_the_reference_defines_are_shareable():
+    import math
+    import types
+
+    import torch
+
+    from kernelloop.tools.verify.shared_names import shareable
+
+    module = types.ModuleType("ref")
+    exec("def helper(x):\n    return x\nclass Config:\n    pass\n", module.__dict__)  # noqa: S102 - a tiny reference
+    for value in (128, -1.0, "mean", None, (3, (4, 5)), [1, 2], {"k": 1.5}, torch.float16, torch.Size([2, 3]),
+                  torch.ones(2), module.helper, module.Config):
+        assert shareable(value, "ref"), value
+    for value in (torch, torch.nn.functional, math, torch.relu, torch.nn.Linear, (1, torch), {"m": math}, print):
+        assert not shareable(value, "ref"), value

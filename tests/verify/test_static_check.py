@@ -55,6 +55,16 @@ def test_honest_code_passes():
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", "monkeypatch"),
     ("from torch import Tensor\nTensor.__eq__ = None", "monkeypatch"),
     ("def f():\n    global g\n    g = 1", "monkeypatch"),
+    # a name bound nowhere is the reference's (shared_names.py): `torch` the candidate never imported
+    ("torch.equal = lambda *a: True", "monkeypatch"),
+    ("t = torch\nt.equal = None", "monkeypatch"),
+    ("def f():\n    helper().equal = None", "monkeypatch"),
+    # numpy's unpicklers run what a crafted .npy names (issue 35: claims forged through a pickle exec)
+    ("import numpy as np\nx = np.lib.format.read_array(r, allow_pickle=True)", "forbidden"),
+    ("import numpy as np\nx = np.lib.format.read_array(r)", "forbidden"),
+    ("from numpy.lib.format import read_array", "forbidden import"),
+    ("import numpy as np\nz = np.lib.npyio.NpzFile(f)", "forbidden"),
+    ("import numpy as np\nx = np.asarray(r, allow_pickle=True)", "forbidden call"),
     ("import torch\ns = torch.cuda.Stream()", "stream or thread"),
     ("import torch\nwith torch.cuda.stream(None):\n    pass", "stream or thread"),
 ])

@@ -184,9 +184,15 @@ class _CountedExtension:
         if not callable(attr):
             return attr
 
+        counter = self._counter
+
         def call(*args, **kwargs):
-            self._counter.launches[f"ext:{name}"] += 1
-            return attr(*args, **kwargs)
+            counter.launches[f"ext:{name}"] += 1
+            # the perturb run: noise on what it is handed, put back after it as a launch's inputs are
+            noised = counter.perturb([*args, *kwargs.values()]) if counter.mode == "perturb" else []
+            result = attr(*args, **kwargs)
+            counter.unperturb(noised)
+            return result
 
         return call
 
@@ -494,11 +500,15 @@ class _CandidateSession:
         kernel only sets still gets set; what a real kernel reads is wrong). A forward still right
         either way left the work to something else. None for a run that fails, which is what
         disturbing a kernel that matters usually does; none at all for multi-GB outputs.
-        Extension functions (load_inline) are not disturbed: noise on what one returns reads an
-        honest function that writes into an output it is handed as a decoy (redteam3)."""
-        if not self.job.get("decoy_check", True) or not any(name.startswith("triton:") for name in self.counter.launches):
+        Extension functions (load_inline) get the perturb run's noise in what they are handed, put
+        back after each call as a launch's inputs are; they are never skipped, and what they return
+        gets no noise (that read an honest function writing into an output it is handed as a decoy:
+        redteam3), so a forward of extensions alone gets the perturb run only."""
+        launched = self.counter.launches
+        if not self.job.get("decoy_check", True) or not launched:
             return [None, None]
-        return [self._run_disturbed("skip"), self._run_disturbed("perturb")]
+        any_triton = any(name.startswith("triton:") for name in launched)
+        return [self._run_disturbed("skip") if any_triton else None, self._run_disturbed("perturb")]
 
     def _run_disturbed(self, mode: str) -> list | None:
         self.counter.mode = mode

@@ -7,12 +7,21 @@ on an H200 did, and failed here with a NameError. Such a candidate is judged as 
 it: its module starts with those names from a run of the reference's source (in the candidate's
 own process, which never sees a reference output), and the verdict says which names it took.
 Only names the candidate reads and never binds itself are taken, so every other candidate runs
-exactly as before."""
+exactly as before.
+
+Only values the reference defines pass (`shareable`): plain data (numbers, strings, None, dtypes,
+devices, sizes, tensors, and tuples, lists and dicts of them) and the functions and classes the
+reference's own source defines. Never a module or anything taken from one (`torch`, `F`,
+`relu = torch.relu`): a candidate that reads torch through the reference's names and patches it
+was invisible to the lint's monkeypatch rule (issue 35), and a candidate imports what it uses."""
 
 from __future__ import annotations
 
 import symtable
+import types
 from pathlib import Path
+
+import torch
 
 from kernelloop.problem import import_source
 
@@ -52,12 +61,38 @@ def names_from_reference(candidate_source: str, reference_source: str) -> list[s
     return sorted(wanted & _bound_at_top(reference))
 
 
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size, torch.Tensor)
+_MAX_DEPTH = 4  # tuples of tuples of ...: deeper is no reference's constant
+
+
+def shareable(value: object, module_name: str, depth: int = 0) -> bool:
+    """Whether a reference's top-level value may pass to the candidate: plain data (containers of it
+    too), or a function or class the reference's source itself defines (`__module__` is its own).
+    Never a module, nor a function, class or object that came from one."""
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, (tuple, list, frozenset, set)) and depth < _MAX_DEPTH:
+        return all(shareable(item, module_name, depth + 1) for item in value)
+    if isinstance(value, dict) and depth < _MAX_DEPTH:
+        return all(shareable(k, module_name, depth + 1) and shareable(v, module_name, depth + 1)
+                   for k, v in value.items())
+    if isinstance(value, (types.FunctionType, type)):
+        return getattr(value, "__module__", None) == module_name
+    return False
+
+
 def reference_names(job: dict) -> dict[str, object]:
     """In the candidate's process: the names its job says it takes (`reference_names`), from a run of
     the reference's source (`reference_path`, beside the candidate in its job dir); {} for a job
-    without them. A reference that fails to run raises (the candidate's import error then)."""
+    without them. A reference that fails to run raises (the candidate's import error then), and so
+    does a name whose value is not `shareable` (a module: the candidate must import it itself)."""
     wanted = job.get("reference_names")
     if not wanted or not isinstance(job.get("reference_path"), str):
         return {}
     module = import_source(Path(job["reference_path"]), "kernelloop_reference_names")
-    return {name: getattr(module, name) for name in wanted if isinstance(name, str) and hasattr(module, name)}
+    taken = {name: getattr(module, name) for name in wanted if isinstance(name, str) and hasattr(module, name)}
+    for name, value in taken.items():
+        if not shareable(value, module.__name__):
+            raise NameError(f"name {name!r} is not defined: the reference's {name} is a module or was taken from "
+                            "one, and only values the reference defines are shared; import what you use yourself")
+    return taken

@@ -31,6 +31,7 @@ from typing import cast
 from kernelloop import source_ast
 from kernelloop.records import Code
 from kernelloop.tools.verify.bindings import Bindings, Instances
+from kernelloop.tools.verify.native_scan import first_unknown
 
 # Modules a kernel may import. Anything else (os, sys, subprocess, socket, ctypes, threading,
 # importlib, pickle, ...) can reach the process, the network or the checker.
@@ -44,7 +45,8 @@ FORBIDDEN_SUBMODULES = ("torch.multiprocessing", "torch.distributed", "torch.hub
                         "torch.package", "torch.xpu", "torch.utils.model_zoo", "torch.utils.tensorboard",
                         "triton.runtime.build", "triton.runtime.cache", "triton.tools", "numpy.f2py",
                         "torch.utils.collect_env",  # its run() is a shell (the sandbox holds it; the lint says why)
-                        "torch.utils.benchmark")  # Timer, Fuzzer: compile and run code strings (exec in disguise)
+                        "torch.utils.benchmark",  # Timer, Fuzzer: compile and run code strings (exec in disguise)
+                        "numpy.lib.format", "numpy.lib.npyio")  # read_array, NpzFile: unpickle what a file-like holds
 FORBIDDEN_BUILTINS = frozenset({
     "eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars", "setattr",
     "delattr", "getattr", "breakpoint", "input", "exit", "quit", "help", "memoryview",
@@ -73,6 +75,9 @@ FORBIDDEN_ATTRIBUTES = frozenset({
     "get_cache_manager", "FileCacheManager", "RemoteCacheBackend", "RedisRemoteCacheBackend", "redis",
     "knobs",  # triton.knobs: getenv, setenv, env_str, the cache directory and launch hooks
     "attrgetter", "methodcaller", "get_type_hints", "ForwardRef", "src",
+    # numpy's unpicklers: a .npy of object dtype read from a file-like class of the candidate's own runs
+    # whatever its pickle names (issue 35: builtins.exec rewrote the claims)
+    "read_array", "NpzFile", "npyio",
 })
 # Of those, the ones that look an attribute up by a string (or eval a string).
 BY_NAME = frozenset({"attrgetter", "methodcaller", "get_type_hints", "ForwardRef", "resolve_name", "import_module"})
@@ -291,6 +296,42 @@ def check_build_arguments(tree: ast.Module) -> str | None:
     return None
 
 
+SOURCE_ARGUMENTS = {"cpp_sources": 1, "cuda_sources": 2}  # load_inline's source arguments, by keyword or position
+
+
+def check_extension_sources(tree: ast.Module) -> str | None:
+    """The C++/CUDA of each load_inline call, all its sources together, holds only what kernels and their
+    host wrappers need (native_scan.py, an allowlist); sources the lint can't read as text are refused."""
+    bindings = Bindings(tree)
+    folder = _Folder(tree)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _builder(node.func, bindings) == "load_inline"):
+            continue
+        named = {keyword.arg: keyword.value for keyword in node.keywords if keyword.arg}
+        texts: list[str] = []
+        for argument, position in SOURCE_ARGUMENTS.items():
+            value = named.get(argument, node.args[position] if len(node.args) > position else None)
+            if value is None or (isinstance(value, ast.Constant) and value.value is None):
+                continue
+            try:
+                parts: list[str | None] = [folder.fold(element) for element in value.elts] \
+                    if isinstance(value, (ast.List, ast.Tuple)) else [folder.fold(value)]
+                if parts == [None] and isinstance(value, ast.Name):  # a name bound to a list of sources
+                    listed = folder.sequence(value)
+                    parts = list(listed) if listed is not None else [None]
+            except _TooMuchText:
+                return None  # check_strings names it
+            if any(part is None for part in parts):
+                return (f"forbidden call: load_inline at line {node.lineno}: its {argument} is not text the lint can "
+                        "read; write the C++/CUDA out as string constants")
+            texts.extend(part for part in parts if part is not None)
+        why = first_unknown("\n".join(texts))
+        if why:
+            return (f"forbidden call: load_inline at line {node.lineno}: {why}; an extension may use only CUDA, "
+                    "ATen/torch, c10, math, standard containers and algorithms, TORCH_CHECK and PYBIND11_MODULE/m.def")
+    return None
+
+
 def check_submodule_paths(tree: ast.Module) -> str | None:
     """A forbidden submodule reached as an attribute instead of imported: `torch.utils.collect_env.run`
     after `import torch`, which loads that module itself. Judged by what the chain's base is bound
@@ -339,15 +380,32 @@ def _prefixes(path: str) -> Iterator[str]:
             yield path[:match.start()]
 
 
+def _free_names(tree: ast.Module) -> set[str]:
+    """Names read somewhere and bound nowhere in the module, and not builtins: at run time they are
+    the reference's (shared_names.py) or a NameError."""
+    bindings = _analysis(tree).bindings
+    free = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            found = bindings.lookup(node)
+            if not found.bindings and not found.builtin:
+                free.add(node.id)
+    return free
+
+
 class _Aliases:
     """Flow-insensitive tracking of names and attribute paths that may hold a module, or a class
     or function from one: `t = torch`, `F = torch.nn.functional`, `self.T = torch.Tensor`,
     `T = type(x)`, `for m in (torch,)`, a parameter some call passes `torch` to, a function that
-    returns `torch`. Writing through any of them is writing into the module."""
+    returns `torch`. Writing through any of them is writing into the module. A name the candidate
+    reads and binds nowhere (no builtin either) comes from the reference's names (shared_names.py)
+    or nowhere: it counts as an alias, and calling it as a function that may return one, since
+    the lint can't see what the reference bound it to (a `torch` the candidate never imported)."""
 
     def __init__(self, tree: ast.Module):
-        self.paths: set[str] = set(_imported_names(tree)) | {"type"}
-        self.returners: set[str] = {"type"}  # functions that return a module (or part of one)
+        free = _free_names(tree)
+        self.paths: set[str] = set(_imported_names(tree)) | {"type"} | free
+        self.returners: set[str] = {"type"} | free  # functions that return a module (or part of one)
         self.tree = tree
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = defaultdict(list)
         self.classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
@@ -624,6 +682,9 @@ def check_calls(tree: ast.Module) -> str | None:
     analysis = _analysis(tree)
     parents = _parents(tree)
     for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "allow_pickle":
+            return (f"forbidden call: allow_pickle= (line {node.value.lineno}); unpickling runs whatever the data "
+                    "names (exec in disguise)")
         # The builtin only: `def forward(self, input)`, a local `input`, `[input for input in xs]` are not it.
         if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS and _reads(node, parents) \
                 and analysis.may_be_builtin(node):
@@ -935,6 +996,7 @@ CHECKS: tuple[tuple[Code, Callable[[ast.Module], str | None]], ...] = (
     (Code.forbidden_import, check_imports), (Code.try_except, check_try), (Code.reference_model, check_reference),
     (Code.monkeypatch, check_monkeypatch), (Code.stream_or_thread, check_streams), (Code.forbidden_call, check_calls),
     (Code.forbidden_import, check_submodule_paths), (Code.forbidden_call, check_build_arguments),
+    (Code.forbidden_call, check_extension_sources),
 )
 
 

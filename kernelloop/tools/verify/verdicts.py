@@ -78,7 +78,10 @@ def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: s
     kernels took over (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_).
     Copies are not counted: a candidate that returns a view where the reference makes a copy would
     read as having taken the copy over (redteam3), so a ShuffleNet whose own kernel does the
-    channel shuffle is still rejected."""
+    channel shuffle is still rejected.
+    Its op-agnostic companion: it also leaves the work to torch when its torch compute ops, whatever
+    their names, run at least as many times in all as the reference's do (issue 35: a kernel that
+    only copies, then clamp_min for the reference's relu; a gate kernel beside torch's softmax)."""
     if not launches:
         return rejected(Code.no_own_kernel,
                         "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
@@ -89,6 +92,12 @@ def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: s
         return rejected(Code.leaves_work_to_torch,
                         f"leaves the work to torch: every compute op of the reference ({', '.join(reference_ops)}) "
                         "still runs through torch beside its own kernels", **base)
+    reference_total, candidate_total = sum(ref_counts.values()), sum(cand_counts.values())
+    if reference_total and candidate_total >= reference_total:
+        return rejected(Code.leaves_work_to_torch,
+                        f"leaves the work to torch: torch still runs {candidate_total} compute op call(s) "
+                        f"({', '.join(sorted(cand_counts))}) beside its own kernels, as many as the reference's "
+                        f"{reference_total}: its own kernels take none of the reference's work over", **base)
     if strict and library_ops:
         return rejected(Code.library_ops_strict, f"library ops kept with --strict: {', '.join(library_ops)}", **base)
     return None
@@ -171,7 +180,26 @@ def correct(trials: int, worst_abs: float, worst_rel: float, comparisons: list[C
         verdict = with_speed(verdict, judged)
         if verdict.degenerate_outputs and verdict.win:
             verdict.win = False  # as fast as it likes: zeros would be as right
+    verdict.own_kernel_evidence = PARENT_TIMED_WIN if verdict.win else IN_PROCESS_CLAIM
+    if not verdict.win:
+        verdict.warnings.append(UNVERIFIED_NOTE)
     return verdict
+
+
+IN_PROCESS_CLAIM, PARENT_TIMED_WIN = "in-process claim", "parent-timed win"
+UNVERIFIED_NOTE = ("own kernels unverified: only the candidate's own process says its kernels ran and did the work "
+                   "(launches, ops, the decoy check: an in-process claim); no faster-than-eager time from the parent "
+                   "bears it out")
+
+
+def claims_unverified(verdict: Verdict) -> Verdict:
+    """--strict-claims: a correct verdict whose own-kernel evidence is only an in-process claim is refused."""
+    return rejected(Code.claims_unverified, "not judged correct: --strict-claims, and its own kernels doing the work "
+                    "is only an in-process claim (no faster-than-eager time from the parent bears it out)",
+                    device=verdict.device, own_kernels=verdict.own_kernels, library_ops=verdict.library_ops,
+                    own_kernel_evidence=verdict.own_kernel_evidence, isolation=verdict.isolation,
+                    containment=verdict.containment, warnings=verdict.warnings, stdout_tail=verdict.stdout_tail,
+                    stderr_tail=verdict.stderr_tail, cost_s=verdict.cost_s)
 
 
 def degenerate_note(outputs: list[int], round_off: dict[int, float]) -> str:

@@ -203,6 +203,8 @@ class Verification:
             verdict.warnings.append(f"not isolated: {outcome.box.get('why', 'no report of its box')}")
             if self.verifier.strict:  # --strict judges nothing it could not contain
                 verdict = verdicts.not_isolated(verdict, outcome, mode)
+        if self.verifier.strict_claims and verdict.ok and verdict.own_kernel_evidence == verdicts.IN_PROCESS_CLAIM:
+            verdict = verdicts.claims_unverified(verdict)
         claims = outcome.result if isinstance(outcome.result, dict) else {}
         candidate_costs = claimed_seconds(claims.get("costs"), names=CHILD_COSTS)
         candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s

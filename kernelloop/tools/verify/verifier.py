@@ -56,6 +56,7 @@ class VerifierOptions(TypedDict, total=False):
     """What a pool passes to each of its Verifiers (their settings, not where they run)."""
 
     strict: bool
+    strict_claims: bool
     time_it: bool
     compile_timeout_s: float
     run_timeout_s: float
@@ -104,9 +105,13 @@ class Verifier:
                  run_timeout_s: float = defaults.RUN_TIMEOUT_S,
                  trials: int = DEFAULT_TRIALS, gpu_index: int | None = None, keep_jobs: bool = False,
                  full_baselines: bool = False, static_checks: bool = True, standby: bool = True,
-                 gpu_compare: bool = True, lane: int = 0, fresh_timing: bool = True, rehearse_timing: bool = False):
+                 gpu_compare: bool = True, lane: int = 0, fresh_timing: bool = True, rehearse_timing: bool = False,
+                 strict_claims: bool = False):
         self.device = resolve_device(device)
         self.strict = strict
+        # Refuse a correct verdict whose own kernels doing the work is only the candidate's process's word
+        # (Verdict.own_kernel_evidence): every CPU verdict, and a GPU one that is not a parent-timed win.
+        self.strict_claims = strict_claims
         self.time_it = time_it and self.device == "cuda"
         # Every timed call on fresh values, outputs of calls picked at random checked (fresh_values.py,
         # timed_checks.py), so no memo of inputs seen before can make a kernel look fast. Off (an
