@@ -66,8 +66,11 @@ class WindowGraph:
 
 
 def _recover() -> None:
-    """After a failed capture: wait for the device, so a capture error never reaches the next request."""
+    """After a failed capture: wait for the device and clear the runtime's last error (an extension
+    that launched on the legacy stream while capturing left one that the next launch check of
+    torch's would report as its own), so a capture error never reaches the next request."""
     try:
         torch.cuda.synchronize()
+        torch.cuda.cudart().cudaGetLastError()
     except Exception:  # noqa: BLE001 - a broken context shows in the next request's own error
         pass
