@@ -22,10 +22,11 @@ from typing import Any, Literal, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from kernelloop.agents.calls import Asking
 from kernelloop.agents.planner import ReferenceFacts, reference_facts
+from kernelloop.agents.records import Attempt
 from kernelloop.agents.turns import ChatModel, KeyedReplayChatClient, RecordedTurn, ReplayExhausted
 from kernelloop.config import defaults
 from kernelloop.config.fields import Backend
@@ -36,7 +37,7 @@ from kernelloop.graph.checkpoint import open_checkpointer
 from kernelloop.graph.context import Context, RunEvent, VerifierLike
 from kernelloop.graph.report import RunSummary, summarize, write_outputs
 from kernelloop.graph.rundir import ModelSource, RunDir, load_recording, read_recording, recorded_turns
-from kernelloop.graph.state import InputState, ProblemRecord, Review, RunSettings, State, settings_of
+from kernelloop.graph.state import InputState, ProblemRecord, Review, RunSettings, State, attempts_of, settings_of
 from kernelloop.graph.usage import Prices
 from kernelloop.problem import Candidate, Problem
 from kernelloop.starts import StartRecord, resolve_start
@@ -86,9 +87,21 @@ def recording_turns(path: str | Path, problem: ProblemRecord | Problem) -> list[
 
 
 class SolveResult(RunSummary):
-    """What a run ended with (also written to the run dir as result.json)."""
+    """What a run ended with (also written to the run dir as result.json).
+
+    `attempts` is the count (as every JSON answer has it: the CLI's --json, MCP, result.json); the attempts
+    themselves, typed and with their code, are `attempt_list` (result.json's key of that name holds the same
+    records without the code). attempt_list is left out of model_dump / JSON.
+    """
 
     report: str | None = None
+    attempt_list: list[Attempt] = Field(default_factory=list, exclude=True,
+                                        description="every verified attempt, in order (Python only)")
+
+    @classmethod
+    def of(cls, summary: RunSummary, values: dict) -> SolveResult:
+        return cls(**summary.model_dump(), report=str(Path(summary.outputs_dir) / "report.md"),
+                   attempt_list=attempts_of(values))
 
 
 def new_thread_id(problem_name: str) -> str:
@@ -186,7 +199,7 @@ def _drive(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, cont
         reason = f"recording_end: {exc.why}"
         summary = write_outputs(run, values, "stopped", reason) if "settings" in values else summarize(run, values)
         if stop_at_recording_end:
-            return SolveResult(**summary.model_dump(), report=str(Path(summary.outputs_dir) / "report.md"))
+            return SolveResult.of(summary, values)
         raise RecordingEnded(run.thread_id, exc) from None
 
 
@@ -221,7 +234,7 @@ def _stream(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, con
         summary = write_outputs(run, values, "waiting", "waiting for review")
     else:
         summary = summarize(run, values)
-    return SolveResult(**summary.model_dump(), report=str(Path(summary.outputs_dir) / "report.md"))
+    return SolveResult.of(summary, values)
 
 
 @contextmanager
@@ -243,26 +256,37 @@ def solve(problem: Problem | str | Path, *, settings: Settings | None = None,
           target_speedup: float | Literal["from settings"] | None = FROM_SETTINGS, max_rounds: int | None = None,
           device: str | None = None, backend: Backend | None = None, workspace: str | Path | None = None,
           checkpoint_url: str | None = None, base_url: str | None = None, model: str | None = None,
-          api_key: str | None = None, **run: Any) -> SolveResult:
+          api_key: str | None = None, baseline: str = defaults.BASELINE, interactive: bool = False,
+          hints: Sequence[str] = (), start: StartRecord | Candidate | str | Path | None = defaults.START,
+          critic_model: bool = False, chat_client: ChatModel = None, stream_reasoning: bool = False,
+          prices: Prices | str | None = None, recorded: str | Path | None = None, stop_at_recording_end: bool = False,
+          verifier: VerifierLike | None = None, analyze: Callable[[Problem], ReferenceFacts | None] | None = None,
+          thread_id: str | None = None, on_event: OnEvent | None = None, on_progress: OnProgress | None = None,
+          on_review: OnReview | None = None) -> SolveResult:
     """Plan, write candidates in parallel, verify, critique, repeat until a stop condition
-    (docs/architecture.md). A value past a cap is a one-line ConfigError.
+    (docs/architecture.md). A value past a cap is a one-line ConfigError naming the argument.
 
     settings: the entry point's Settings (kernelloop.config.settings.load_settings); None: made here, the same
     way, from the arguments given over KERNELLOOP_* > .env > kernelloop.toml > kernelloop.config.defaults
     (arguments left at None come from there; target_speedup=None stops at the first correct kernel).
-    Give settings or those arguments, not both. The rest (`run`) are RunOptions: baseline, interactive,
-    hints, start, critic_model, chat_client, stream_reasoning, prices, recorded, verifier, analyze,
-    thread_id, on_event, on_progress, on_review.
+    Give settings or those arguments, not both. The rest are RunOptions (see there): how the run starts
+    (baseline, interactive, hints, start, critic_model), what answers its model calls (chat_client, or a
+    recording: `recorded`, with stop_at_recording_end), what judges (verifier, analyze) and what it reports to
+    (thread_id, on_event, on_progress, on_review).
     """
     flags = {"budget": budget_s, "candidates": candidates, "max_rounds": max_rounds, "device": device,
              "backend": backend, "home": workspace, "checkpoints": checkpoint_url, "base_url": base_url,
              "model": model, "api_key": api_key,
              "target": None if target_speedup == FROM_SETTINGS else ("none" if target_speedup is None else target_speedup)}
     if settings is None:
-        settings = load_settings(**flags)
+        settings = load_settings(python_api=True, **flags)
     elif any(value is not None for value in flags.values()):
         raise ConfigError(f"give settings= or {', '.join(n for n, v in flags.items() if v is not None)}, not both")
-    return run_solve(problem, settings, RunOptions(**run))
+    options = RunOptions(baseline=baseline, interactive=interactive, hints=hints, start=start, critic_model=critic_model,
+                         chat_client=chat_client, stream_reasoning=stream_reasoning, prices=prices, recorded=recorded,
+                         stop_at_recording_end=stop_at_recording_end, verifier=verifier, analyze=analyze,
+                         thread_id=thread_id, on_event=on_event, on_progress=on_progress, on_review=on_review)
+    return run_solve(problem, settings, options)
 
 
 class RunOptions(BaseModel):
@@ -273,7 +297,9 @@ class RunOptions(BaseModel):
     warning and a start from scratch where there is none). Kept in the thread for resume.
     chat_client: any LangChain chat model (or a keyed client); None: ChatOpenAI on the settings'
     endpoint, streaming when stream_reasoning. prices: USD per million prompt and completion tokens
-    ('0.55,2.19' or a Prices). recorded: a recording (.jsonl or a run dir) to re-serve instead of a model.
+    ('0.55,2.19' or a Prices). recorded: a recording (.jsonl or a run dir) to re-serve instead of a model
+    (refused when it names another problem); stop_at_recording_end: a call it can't answer ends the run there,
+    resumable, instead of raising RecordingEnded.
     on_review: answers interrupts of an interactive run; without it an interactive run pauses ("waiting").
     """
 

@@ -134,7 +134,7 @@ def test_a_fork_from_every_forkable_checkpoint_writes_its_own_files(tmp_path, un
             {"configurable": {"thread_id": "t"}}) if s.next and s.parent_config is not None and
             s.metadata.get("source") != "input"]
     assert forkable
-    for n, checkpoint in enumerate(forkable, 1):
+    for checkpoint in forkable:
         try:
             result = fork("t", checkpoint, changes={"target_speedup": 2.0}, workspace=tmp_path, **COMMON)
         except ValueError as exc:  # a checkpoint made by parallel coders can't be forked: one line says so
