@@ -7,9 +7,10 @@ the values themselves come from kernelloop.config.defaults.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,17 +44,43 @@ def one_line(error: ValueError) -> str:
 T = TypeVar("T")
 
 
+def unknown_argument(tool: str, given: Iterable[str], known: Sequence[str]) -> str | None:
+    """The one line for an argument a tool doesn't take (MCP and LangChain alike), naming it, never its value:
+    "verify_kernel: unknown argument 'problem_pth'; did you mean 'problem_path'?"; None when all are known."""
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {', '.join(known)}"
+    return f"{tool}: unknown argument {unknown[0]!r}{hint}"
+
+
+def tool_error_line(tool: str, error: ValueError) -> str:
+    """Every tool error's one line, in every interface: the tool's name, then what to fix."""
+    return f"{tool}: {one_line(error)}"
+
+
+def validation_line(tool: str, known: Sequence[str]) -> Callable[[ValidationError], str]:
+    """A LangChain tool's handle_validation_error: the same line the MCP server gives for the same arguments."""
+    def line(error: ValidationError) -> str:
+        extra = [str(e["loc"][0]) for e in error.errors() if e["type"] == "extra_forbidden" and e["loc"]]
+        return unknown_argument(tool, extra, known) if extra else tool_error_line(tool, error)  # type: ignore[return-value]
+    return line
+
+
 def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Decorate a tool so bad input (a ValueError: ProblemError, RequestError, PoolError, ConfigError,
-    ValidationError) reaches its caller as `error` (the framework's tool error) with one line;
-    anything else stays a crash."""
+    ValidationError) reaches its caller as `error` (the framework's tool error) with one line, prefixed with
+    the tool's name (tool_error_line); anything else stays a crash."""
     def decorate(tool: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(tool)
         def checked(*args: Any, **kwargs: Any) -> T:
             try:
                 return tool(*args, **kwargs)
             except ValueError as exc:
-                raise error(one_line(exc)) from exc
+                raised = error(tool_error_line(tool.__name__, exc))
+                raised.line = one_line(exc)  # type: ignore[attr-defined]  # for a server that names the tool itself
+                raise raised from exc
         return checked
     return decorate
 
