@@ -72,6 +72,16 @@ def fail_usage(message: str, code: str = "usage", exit_code: int = 2) -> NoRetur
     raise typer.Exit(exit_code)
 
 
+def sigterm_as_ctrl_c() -> None:
+    """A run's command treats SIGTERM (a scheduler, `kill`) as Ctrl-C: progress saved, the resume command printed."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def settings(**flags) -> Settings:
     """Flags (None: not given) over env, .env and kernelloop.toml; a bad setting is a usage error."""
     from kernelloop.config.settings import ConfigError, load_settings

@@ -39,6 +39,7 @@ from kernelloop.cli._common import (
     plain,
     quoted,
     settings,
+    sigterm_as_ctrl_c,
     target_flag,
 )
 from kernelloop.cli._live import STYLE, LiveView, ask_review
@@ -278,6 +279,7 @@ def _run(thread: str, space: Path, json_out: bool, workspace: Path | None, call,
     from kernelloop.serve.runs import RecordingEnded
 
     view = LiveView()
+    sigterm_as_ctrl_c()
     try:
         with view:
             result = call(on_event=view.on_event, on_progress=view.on_progress,

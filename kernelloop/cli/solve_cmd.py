@@ -38,6 +38,7 @@ from kernelloop.cli._common import (
     plain,
     quoted,
     settings,
+    sigterm_as_ctrl_c,
 )
 from kernelloop.cli._live import LiveView, ask_review
 from kernelloop.config import defaults
@@ -165,6 +166,7 @@ def solve(
                    (("--workspace", workspace), ("--checkpoints", checkpoints)) if value)
     thread_id = thread or solving.new_thread_id(loaded.name)
     view = LiveView()  # drawn from the run's first report on, so an error before it stands alone
+    sigterm_as_ctrl_c()
     try:
         with view:
             result = solving.solve(
