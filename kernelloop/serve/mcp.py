@@ -34,6 +34,7 @@ from kernelloop.serve.requests import (
     SolveRequest,
     VerifyRequest,
     bad_input_as,
+    require_alternatives,
     tool_error_line,
     unknown_argument,
 )
@@ -233,7 +234,7 @@ def _forbid_unknown_arguments(server: MCPServer) -> None:
     tools = server._tool_manager._tools  # noqa: SLF001 - the SDK has no public hook for argument checking
     for name, tool in tools.items():
         strict = _StrictTool.model_validate(dict(tool))
-        strict.parameters = {**tool.parameters, "additionalProperties": False}
+        strict.parameters = require_alternatives({**tool.parameters, "additionalProperties": False})
         tools[name] = strict
 
 

@@ -85,10 +85,24 @@ def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callabl
     return decorate
 
 
+ALTERNATIVES = (("problem_path", "problem_source"), ("candidate_path", "candidate_source"))
+
+
+def require_alternatives(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's JSON schema with what it requires said in it: one of problem_path and problem_source (and of
+    candidate_path and candidate_source, where it takes a candidate), as `allOf` of `oneOf` `required` lists,
+    so an agent reading the schema sees that a call without them is refused."""
+    properties = schema.get("properties", {})
+    needed = [{"oneOf": [{"required": [name]} for name in pair]} for pair in ALTERNATIVES
+              if all(name in properties for name in pair)]
+    return {**schema, "allOf": needed} if needed else schema
+
+
 class ProblemInput(BaseModel):
     """A problem by path, or by its text (written under WORKSPACE/jobs/inputs/)."""
 
-    model_config = ConfigDict(extra="forbid")  # an agent's misspelt argument is an error, never dropped
+    model_config = ConfigDict(extra="forbid",  # an agent's misspelt argument is an error, never dropped
+                              json_schema_extra=lambda schema, cls: schema.update(require_alternatives(schema)))
 
     problem_path: str | None = Field(default=None,
                                      description="a problem file: class Model, get_inputs, get_init_inputs")

@@ -66,3 +66,20 @@ def test_cli_json_errors_are_an_object_with_a_code_and_a_message(tmp_path):
     assert done.exit_code == 2 and done.stderr.startswith("error: ")
     error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
     assert set(error) == {"code", "message"} and error["code"] == "usage"
+
+
+def test_every_schema_says_what_a_call_requires(tmp_path):
+    async def schemas(manager: JobManager) -> dict[str, dict]:
+        async with Client(build_server(manager, "cpu")) as client:
+            return {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
+
+    with JobManager(tmp_path, pool_factory=ScriptedPool) as manager:
+        listed = anyio.run(schemas, manager)
+    problem = {"oneOf": [{"required": ["problem_path"]}, {"required": ["problem_source"]}]}
+    candidate = {"oneOf": [{"required": ["candidate_path"]}, {"required": ["candidate_source"]}]}
+    assert listed["verify_kernel"]["allOf"] == [problem, candidate]
+    assert listed["start_optimization"]["allOf"] == [problem]
+    assert listed["job_status"]["required"] == ["job_id"]
+    verify, optimize = kernelloop_tools(verifier=ScriptedVerifier(), workspace=tmp_path)
+    assert verify.get_input_schema().model_json_schema()["allOf"] == [problem, candidate]
+    assert optimize.get_input_schema().model_json_schema()["allOf"] == [problem]
