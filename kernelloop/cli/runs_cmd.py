@@ -195,7 +195,8 @@ def _branch_tree(branch: Branch, tree: Tree) -> Tree:
         for b in forks.get(s["checkpoint"], []):
             what = [f"hint {b.hint!r}"] if b.hint else []
             what += [f"{key}={value}" for key, value in b.changes.items()]
-            _branch_tree(b, node.add(f"[bold]branch[/] from {quoted(s['checkpoint'])}" +
+            named = f"[bold]branch {quoted(b.name)}[/] (files: branches/{quoted(b.name)}/)" if b.name else "[bold]branch[/]"
+            _branch_tree(b, node.add(f"{named} from {quoted(s['checkpoint'])}" +
                                      (f": {quoted(', '.join(what), 4000)}" if what else " (a replay)")))
     return tree
 
