@@ -139,3 +139,28 @@ def test_5_verify_json_on_bad_input_prints_an_error_object(tmp_path):
     assert done.exit_code == 2
     error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
     assert error["code"] == "usage" and "missing.py" in error["message"]
+
+
+def test_5_a_wrong_shape_verdict_prints_no_error_numbers(capsys):
+    from kernelloop.cli.verify_cmd import print_verdict
+    from kernelloop.records import Code, Status, Verdict
+
+    print_verdict(Verdict(status=Status.incorrect, code=Code.wrong_type, reason="output shape (4, 8), expected (8, 4)",
+                          max_abs_err=0.0, rel_err=0.0))
+    shown = capsys.readouterr().out
+    assert "expected (8, 4)" in shown and "max_abs_err" not in shown
+
+
+def test_5_python_errors_name_python_arguments():
+    import kernelloop
+    from kernelloop.config.settings import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^argument device=: 'gpu' is not a device") as raised:
+        kernelloop.verify(str(PROBLEM), str(PROBLEM), device="gpu")
+    assert "--device" not in str(raised.value)
+
+
+def test_5_solve_result_lists_its_attempts_and_keeps_their_count(tmp_path):
+    result = solve(PROBLEM, recorded=RECORDING, candidates=2, device="cpu", workspace=tmp_path, **COMMON)
+    assert [a.id for a in result.attempt_list] == ["r1c0", "r1c1", "r2c0", "r2c1"] and result.attempts == 4
+    assert "attempt_list" not in result.model_dump()  # JSON answers keep the count only
