@@ -432,9 +432,18 @@ def _model_for(run: RunDir, values: dict, recorded: bool | str | Path, base_url:
     return _replaying(own, settings, bool(recorded), base_url, model, api_key, stream)
 
 
-def resume(thread_id: str, **options) -> SolveResult:
-    """Continue a thread from its last checkpoint (after Ctrl-C, a kill, or a pause at a review)."""
-    return replay(thread_id, None, **options)
+def resume(thread_id: str, *, recorded: bool | str | Path = False, chat_client: ChatModel = None,
+           base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+           stream_reasoning: bool = False, stop_at_recording_end: bool = False, reverify: bool = False,
+           verifier: VerifierLike | None = None, analyze: Callable[[Problem], ReferenceFacts | None] | None = None,
+           workspace: str | Path | None = None, checkpoint_url: str | None = None, on_event: OnEvent | None = None,
+           on_progress: OnProgress | None = None, on_review: OnReview | None = None) -> SolveResult:
+    """Continue a thread from its last checkpoint (after Ctrl-C, SIGTERM, a kill, or a pause at a review), with
+    the model source it was started with unless told otherwise (see replay)."""
+    return replay(thread_id, None, recorded=recorded, reverify=reverify, chat_client=chat_client, base_url=base_url,
+                  model=model, api_key=api_key, stream_reasoning=stream_reasoning,
+                  stop_at_recording_end=stop_at_recording_end, verifier=verifier, analyze=analyze, workspace=workspace,
+                  checkpoint_url=checkpoint_url, on_event=on_event, on_progress=on_progress, on_review=on_review)
 
 
 def fork(thread_id: str, checkpoint_id: str, *, hint: str | None = None, changes: dict[str, Any] | None = None,
