@@ -86,7 +86,8 @@ def _verify_settings(device: str | None, workspace: str | Path | None,
         limit = (timeout_s or defaults.COMPILE_TIMEOUT_S, timeout_s or defaults.RUN_TIMEOUT_S)
         return Device.parse(device or os.environ.get("KERNELLOOP_DEVICE") or defaults.DEVICE), \
             workspace_dir(workspace), limit
-    chosen = load_settings(device=device, home=workspace, compile_timeout=timeout_s, run_timeout=timeout_s)
+    chosen = load_settings(device=device, home=workspace, compile_timeout=timeout_s, run_timeout=timeout_s,
+                           python_api=True)
     return chosen.device, chosen.workspace.root, (chosen.limits.compile_timeout_s, chosen.limits.run_timeout_s)
 
 

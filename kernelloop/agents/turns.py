@@ -103,7 +103,12 @@ class KeyedChatClient(Protocol):
 
 
 class ReplayExhausted(RuntimeError):
-    """A strict replay can't answer: no turn recorded for the key, or its prompt changed."""
+    """A strict replay can't answer: no turn recorded for the key, or its prompt changed. key: the turn's key;
+    why: one line saying which (serve.runs turns it into RecordingEnded, which says what to run instead)."""
+
+    def __init__(self, key: str, why: str):
+        self.key, self.why = key, why
+        super().__init__(why)
 
 
 class RecordedTurn(BaseModel):
@@ -154,10 +159,10 @@ class KeyedReplayChatClient:
             what = "this thread has" if self.own_thread else "the recording has"
             why = f"{what} no model turn for {key} ({len(self._by_key)} recorded)"
         else:
-            why = (f"the prompt of {key} changed since it was recorded (a template edit or a fork's hint), and a "
-                   "recorded reply is never served to another prompt")
+            why = (f"the prompt of {key} differs from the one its recorded reply answered (sha256 {prompt[:12]}, "
+                   f"recorded {found[0].prompt_sha256[:12]}: a fork's hint or target, or a template edit)")
         if self.fallback is None:
-            raise ReplayExhausted(f"{why}; replay without --recorded to ask the model")
+            raise ReplayExhausted(key, why)
         log.warning("%s: asking the model", why)
         self.live_keys.append(key)
         listener = current_listener()

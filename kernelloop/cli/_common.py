@@ -53,10 +53,33 @@ def quoted(text: object, limit: int = REASON_CHARS) -> str:
     return escape(one_line(text, limit))
 
 
-def fail_usage(message: str) -> NoReturn:
-    """Bad usage: one line on stderr, exit code 2."""
+_JSON_ERRORS: list[bool] = [False]  # set once per process by a command run with --json
+
+
+def json_errors(on: bool) -> None:
+    """A command given --json calls this first: its errors are then also an object on stdout (fail_usage)."""
+    _JSON_ERRORS[0] = on
+
+
+def fail_usage(message: str, code: str = "usage", exit_code: int = 2) -> NoReturn:
+    """Bad usage: one line on stderr, exit code 2; under --json (json_errors) also an error object as the
+    last stdout line: {"error": {"code": ..., "message": ...}} (the MCP and LangChain tools' contract)."""
+    if _JSON_ERRORS[0]:
+        import json
+
+        print(json.dumps({"error": {"code": code, "message": one_line(message, 4000)}}))
     errors.print(f"[red]error:[/red] {quoted(message, 4000)}", highlight=False)
-    raise typer.Exit(2)
+    raise typer.Exit(exit_code)
+
+
+def sigterm_as_ctrl_c() -> None:
+    """A run's command treats SIGTERM (a scheduler, `kill`) as Ctrl-C: progress saved, the resume command printed."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def settings(**flags) -> Settings:

@@ -35,13 +35,15 @@ from kernelloop.cli._common import (
     duration_flag,
     errors,
     fail_usage,
+    json_errors,
     plain,
     quoted,
     settings,
+    sigterm_as_ctrl_c,
     target_flag,
 )
 from kernelloop.cli._live import STYLE, LiveView, ask_review
-from kernelloop.cli.solve_cmd import interrupted, print_result
+from kernelloop.cli.solve_cmd import STOP_AT_END_HELP, interrupted, print_result, recording_ended
 from kernelloop.config import defaults
 from kernelloop.safe_text import printable
 
@@ -159,7 +161,8 @@ def show(thread: str, turn: str | None = typer.Option(None, "--turn", help="one 
     baseline = settings_of(snapshot.values).baseline
     if json_out:
         rows = [a.model_dump(mode="json", exclude={"code"}) for a in attempts]
-        print(json.dumps({"summary": summary.model_dump(mode="json"), "steps": steps, "attempts": rows}))
+        print(json.dumps({"summary": summary.model_dump(mode="json"), "steps": steps, "attempts": rows,
+                          "branch_files": run.branch_files()}))
         return
     print_result(summary, False)
     console.print(f"tokens: {summary.tokens.line()}", highlight=False)
@@ -174,6 +177,10 @@ def show(thread: str, turn: str | None = typer.Option(None, "--turn", help="one 
                       f"{a.prompt_tokens:,}/{a.completion_tokens:,}",
                       plain(a.verdict.reason if a.verdict else a.model_error or "", 80))
     console.print(table)
+    for branch, files in run.branch_files().items():
+        where = run.root / "branches" / branch if branch else run.root
+        console.print(plain(f"files of {'branch ' + branch if branch else 'the first branch'}: {where} "
+                            f"({', '.join(files) or 'none yet'})", 4000), highlight=False)
 
 
 def _branch_tree(branch: Branch, tree: Tree) -> Tree:
@@ -188,7 +195,8 @@ def _branch_tree(branch: Branch, tree: Tree) -> Tree:
         for b in forks.get(s["checkpoint"], []):
             what = [f"hint {b.hint!r}"] if b.hint else []
             what += [f"{key}={value}" for key, value in b.changes.items()]
-            _branch_tree(b, node.add(f"[bold]branch[/] from {quoted(s['checkpoint'])}" +
+            named = f"[bold]branch {quoted(b.name)}[/] (files: branches/{quoted(b.name)}/)" if b.name else "[bold]branch[/]"
+            _branch_tree(b, node.add(f"{named} from {quoted(s['checkpoint'])}" +
                                      (f": {quoted(', '.join(what), 4000)}" if what else " (a replay)")))
     return tree
 
@@ -269,49 +277,66 @@ def _run(thread: str, space: Path, json_out: bool, workspace: Path | None, call,
     """Drive a resume/replay/fork with the live view; same endings and exit codes as `solve`."""
     flag = "".join(f" {name} {shlex.quote(str(value))}" for name, value in
                    (("--workspace", workspace), ("--checkpoints", checkpoints)) if value)
+    from kernelloop.serve.runs import RecordingEnded
+
     view = LiveView()
+    sigterm_as_ctrl_c()
     try:
         with view:
             result = call(on_event=view.on_event, on_progress=view.on_progress,
                           on_review=lambda payload: ask_review(payload, view))
     except KeyboardInterrupt:
         interrupted(thread, space, flag, json_out)
+    except RecordingEnded as exc:
+        recording_ended(exc, flag)
     except (ValueError, FileNotFoundError) as exc:  # bad input (ConfigError, SolveError, PoolError): one line
         fail_usage(str(exc).splitlines()[0])
     print_result(result, json_out, flag)
     raise typer.Exit(0 if result.status == "correct" else 1)
 
 
-@runs_app.command()
+RECORDING = typer.Option(None, help="re-serve this recording (.jsonl or run dir); default: the one the run was "
+                                   "started with, if any")
+STOP_AT_END = typer.Option(False, help=STOP_AT_END_HELP)
+ENDPOINT_NOTE = ("The model source is the run's own unless told otherwise: a run started from a recording goes on with "
+                 "it; --base-url / --model ask a live model (after the recorded turns); --recording FILE another "
+                 "recording.")
+
+
+@runs_app.command(epilog=ENDPOINT_NOTE)
 def resume(thread: str, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-           recorded: bool = typer.Option(False, help=STRICT_HELP),
+           recorded: bool = typer.Option(False, help=STRICT_HELP), recording: Path | None = RECORDING,
+           stop_at_recording_end: bool = STOP_AT_END,
            workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Continue a thread from its last checkpoint: nothing done is redone, no attempt is verified twice."""
     from kernelloop.serve.runs import resume as resume_thread
 
+    json_errors(json_out)
     space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: resume_thread(
-        thread, recorded=recorded, base_url=base_url, model=model, api_key=api_key, workspace=space,
-        checkpoint_url=checkpoints, **ui), checkpoints)
+        thread, recorded=recording or recorded, base_url=base_url, model=model, api_key=api_key, workspace=space,
+        checkpoint_url=checkpoints, stop_at_recording_end=stop_at_recording_end, **ui), checkpoints)
 
 
-@runs_app.command()
+@runs_app.command(epilog=ENDPOINT_NOTE)
 def replay(thread: str, checkpoint: str | None = typer.Option(None, help="checkpoint id (`runs show`); default: last"),
-           recorded: bool = typer.Option(False, help=STRICT_HELP),
-           recording: Path | None = typer.Option(None, help="re-serve turns from this recording file instead"),
+           recorded: bool = typer.Option(False, help=STRICT_HELP), recording: Path | None = RECORDING,
+           stop_at_recording_end: bool = STOP_AT_END,
            reverify: bool = typer.Option(False, help="verify again even code whose verdict is journaled"),
            base_url: str | None = None, model: str | None = None, api_key: str | None = None,
            workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
     """Re-execute a thread from a checkpoint (the steps after it run again; the ones before are kept)."""
     from kernelloop.serve.runs import replay as replay_thread
 
+    json_errors(json_out)
     space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: replay_thread(
         thread, checkpoint, recorded=recording or recorded, reverify=reverify, base_url=base_url, model=model,
-        api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui), checkpoints)
+        api_key=api_key, workspace=space, checkpoint_url=checkpoints, stop_at_recording_end=stop_at_recording_end,
+        **ui), checkpoints)
 
 
-@runs_app.command()
+@runs_app.command(epilog=ENDPOINT_NOTE)
 def fork(thread: str, checkpoint: str = typer.Option(..., help="checkpoint id to branch from (`runs show`)"),
          hint: str | None = typer.Option(None, help="a hint for the coders from the branch on"),
          target: str | None = typer.Option(None, help="new target speedup, e.g. 1.5x"),
@@ -320,12 +345,15 @@ def fork(thread: str, checkpoint: str = typer.Option(..., help="checkpoint id to
          candidates: int | None = typer.Option(None, min=1, max=defaults.MAX_CANDIDATES),
          baseline: str | None = None,
          model: str | None = typer.Option(None, help="another model for the branch"),
-         recorded: bool = typer.Option(False, help=STRICT_HELP),
+         recorded: bool = typer.Option(False, help=STRICT_HELP), recording: Path | None = RECORDING,
+         stop_at_recording_end: bool = STOP_AT_END,
          base_url: str | None = None, api_key: str | None = None,
          workspace: Path | None = WORKSPACE, checkpoints: str | None = CHECKPOINTS, json_out: bool = JSON_OUT) -> None:
-    """Branch a thread at a checkpoint with changed state (hint, model, target, budget) and run the branch."""
+    """Branch a thread at a checkpoint with changed state (hint, model, target, budget) and run the branch; its
+    report, best kernel and result go under the run dir's branches/<name>/ (the parent's stay as they were)."""
     from kernelloop.serve.runs import fork as fork_thread
 
+    json_errors(json_out)
     changes: dict[str, object] = {key: value for key, value in {
         "model": model, "baseline": baseline, "budget_s": duration_flag(budget), "max_rounds": max_rounds,
         "candidates": candidates}.items() if value is not None}
@@ -333,8 +361,9 @@ def fork(thread: str, checkpoint: str = typer.Option(..., help="checkpoint id to
         changes["target_speedup"] = target_flag(target)  # 'none' -> None: stop at the first correct kernel
     space, checkpoints = _where(workspace, checkpoints)
     _run(thread, space, json_out, workspace, lambda **ui: fork_thread(
-        thread, checkpoint, hint=hint, changes=changes, recorded=recorded, base_url=base_url, model=model,
-        api_key=api_key, workspace=space, checkpoint_url=checkpoints, **ui), checkpoints)
+        thread, checkpoint, hint=hint, changes=changes, recorded=recording or recorded, base_url=base_url,
+        model=model, api_key=api_key, workspace=space, checkpoint_url=checkpoints,
+        stop_at_recording_end=stop_at_recording_end, **ui), checkpoints)
 
 
 @runs_app.command()

@@ -33,10 +33,12 @@ from kernelloop.cli._common import (
     disk_error,
     errors,
     fail_usage,
+    json_errors,
     load_problem,
     plain,
     quoted,
     settings,
+    sigterm_as_ctrl_c,
 )
 from kernelloop.cli._live import LiveView, ask_review
 from kernelloop.config import defaults
@@ -64,7 +66,8 @@ def print_result(summary: RunSummary, json_out: bool, workspace_flag: str = "") 
         console.print(plain(f"best kernel: {summary.best_kernel}", 4000), highlight=False)
     if summary.start:
         console.print(plain(f"started from: {summary.start}", 4000), highlight=False)
-    console.print(plain(f"report: {Path(summary.run_dir) / 'report.md'}", 4000), highlight=False)
+    console.print(plain(f"report: {Path(summary.outputs_dir or summary.run_dir) / 'report.md'}", 4000),
+                  highlight=False)
     console.print(plain(f"steps: kernelloop runs show {summary.thread_id}{workspace_flag}", 4000), highlight=False)
 
 
@@ -81,6 +84,17 @@ def load_start(start: str | None, problem_name: str) -> StartRecord | None:
     if record is not None and not record.has_kernel:
         errors.print(f"[yellow]warning:[/yellow] {escape(record.line)}", highlight=False)
     return record
+
+
+def recording_ended(exc, flag: str) -> NoReturn:
+    """A recording that runs out (serve.runs.RecordingEnded): one line, what to run next; the run is resumable."""
+    resume = f"kernelloop runs resume {exc.thread_id}{flag}"
+    fail_usage(f"{exc.why}; the run is saved at its last checkpoint: `{resume} --base-url URL --model NAME` goes on "
+               f"with a live model, or `{resume} --stop-at-recording-end` ends it where the recording ends",
+               code="recording_ended")
+
+
+STOP_AT_END_HELP = "when the recording has no reply for a model call, end the run there (resumable) instead of failing"
 
 
 def interrupted(thread_id: str, workspace: Path, workspace_flag: str, json_out: bool) -> NoReturn:
@@ -125,11 +139,13 @@ def solve(
     model: str | None = typer.Option(None, help="model name (or KERNELLOOP_MODEL)"),
     api_key: str | None = typer.Option(None, help="API key (or KERNELLOOP_API_KEY)"),
     recorded: Path | None = typer.Option(None, help="re-serve a recording (.jsonl or run dir) instead of a model"),
+    stop_at_recording_end: bool = typer.Option(False, help=STOP_AT_END_HELP),
     workspace: Path | None = typer.Option(None, help=WORKSPACE_HELP, show_default=False),
     checkpoints: str | None = typer.Option(None, help=CHECKPOINTS_HELP, show_default=False),
     thread: str | None = typer.Option(None, help="thread id to use (default: problem name + time)"),
 ) -> None:
     """Turn a PyTorch reference into a faster, verified kernel: plan, code, verify, critique, repeat."""
+    json_errors(json_out)
     if backend is not None and backend not in defaults.BACKENDS:
         fail_usage(f"--backend must be triton, cuda or auto, not {backend!r}")
     device_flag(device)
@@ -150,15 +166,19 @@ def solve(
                    (("--workspace", workspace), ("--checkpoints", checkpoints)) if value)
     thread_id = thread or solving.new_thread_id(loaded.name)
     view = LiveView()  # drawn from the run's first report on, so an error before it stands alone
+    sigterm_as_ctrl_c()
     try:
         with view:
             result = solving.solve(
                 loaded, settings=chosen, baseline=baseline, interactive=interactive, hints=hint, start=start_record,
-                critic_model=critic_model, recorded=recorded, thread_id=thread_id, stream_reasoning=stream,
+                critic_model=critic_model, recorded=recorded, stop_at_recording_end=stop_at_recording_end,
+                thread_id=thread_id, stream_reasoning=stream,
                 on_event=view.on_event, on_progress=view.on_progress,
                 on_review=(lambda p: ask_review(p, view)) if interactive else None)
     except KeyboardInterrupt:
         interrupted(thread_id, space, flag, json_out)
+    except solving.RecordingEnded as exc:
+        recording_ended(exc, flag)
     except (ValueError, FileNotFoundError) as exc:  # bad input (ConfigError, SolveError, PoolError): one line
         fail_usage(str(exc).splitlines()[0])
     except OSError as exc:

@@ -27,6 +27,7 @@ from kernelloop.cli._common import (
     device_flag,
     errors,
     fail_usage,
+    json_errors,
     load_candidate,
     load_problem,
     plain,
@@ -140,7 +141,7 @@ def print_verdict(verdict: Verdict) -> None:
     # Every text below but the numbers may be the candidate's: printed as text, never as markup.
     console.print(f"[{STATUS_STYLE.get(status, 'bold')}]{status}[/] on {quoted(verdict.device)}: "
                   f"{quoted(verdict.reason)}", highlight=False)
-    if verdict.max_abs_err is not None:
+    if verdict.max_abs_err is not None and verdict.code.value != "wrong_type":  # no error to measure across shapes
         console.print(f"  max_abs_err {verdict.max_abs_err:.3g}   rel_err {verdict.rel_err:.3g}   trials {verdict.trials}")
     if verdict.timings:
         table = Table("timed", "median ms", "IQR ms", "samples", box=None, padding=(0, 2))
@@ -182,6 +183,7 @@ def verify(
 ) -> None:
     """Judge one candidate against its problem: correctness, rules, and speed on a GPU."""
     entered, age = time.perf_counter(), process_age_s()
+    json_errors(json_out)
     device_flag(device)
     chosen = settings(device=device, home=workspace, compile_timeout=timeout, run_timeout=timeout)
     if not candidate.is_file() or not problem.is_file():  # one-line errors below; start nothing for them

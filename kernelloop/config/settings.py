@@ -159,9 +159,15 @@ def _misspelt_env() -> None:
             raise ConfigError(f"unknown setting {upper}; did you mean {ENV_PREFIX}{close[0].upper()}?")
 
 
-def load_settings(**flags: Any) -> Settings:
+# the Python API's names where they differ from the settings'
+PYTHON_ARGUMENTS = {"budget": "budget_s", "target": "target_speedup", "home": "workspace",
+                    "checkpoints": "checkpoint_url", "compile_timeout": "timeout_s", "run_timeout": "timeout_s"}
+
+
+def load_settings(*, python_api: bool = False, **flags: Any) -> Settings:
     """The one way every entry point makes its Settings: the flags given (None: not given) on top.
-    A bad value is a one-line ConfigError naming the setting and where it came from."""
+    A bad value is a one-line ConfigError naming the setting and where it came from (python_api: a given
+    value is named as the Python argument it came from, `device='gpu'`, not as a flag)."""
     unknown = sorted(set(flags) - set(Settings.model_fields))
     if unknown:  # a caller's typo, not a person's: still one line
         raise ConfigError(f"unknown setting {unknown[0]!r}{_did_you_mean(unknown[0])}")
@@ -170,8 +176,8 @@ def load_settings(**flags: Any) -> Settings:
         return Settings(**{name: value for name, value in flags.items() if value is not None})
     except ValidationError as exc:
         where = origins(**flags)
-        raise ConfigError("; ".join(f"{_named(str(e['loc'][0]), where)}: {e['msg'].removeprefix('Value error, ')}"
-                                    for e in exc.errors())) from None
+        raise ConfigError("; ".join(f"{_named(str(e['loc'][0]), where, python_api)}: "
+                                    f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())) from None
 
 
 def override(settings: Settings, **flags: Any) -> Settings:
@@ -190,9 +196,12 @@ def override(settings: Settings, **flags: Any) -> Settings:
                                     for e in exc.errors())) from None
 
 
-def _named(name: str, where: dict[str, str]) -> str:
-    """'--budget' for a flag, 'budget (from env KERNELLOOP_BUDGET)' for the rest: where to fix it."""
+def _named(name: str, where: dict[str, str], python_api: bool = False) -> str:
+    """'--budget' for a flag ('budget_s=' for a Python argument), 'budget (from env KERNELLOOP_BUDGET)' for the
+    rest: where to fix it."""
     origin = where.get(name, "default")
+    if origin == "flag" and python_api:
+        return f"argument {PYTHON_ARGUMENTS.get(name, name)}="
     return f"--{name.replace('_', '-')}" if origin == "flag" else f"{name} (from {origin})"
 
 

@@ -21,7 +21,8 @@ def step_row(snapshot) -> dict:
             "step": snapshot.metadata.get("step"), "source": snapshot.metadata.get("source"),
             "next": list(snapshot.next), "phase": values.get("phase"), "round": values.get("round", 0),
             "attempts": len(values.get("attempts") or []), "best": values.get("best_id"),
-            "hints": list(values.get("hints") or []), "settings": dict(values.get("settings") or {})}
+            "hints": list(values.get("hints") or []), "settings": dict(values.get("settings") or {}),
+            "branch": values.get("branch")}
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Branch:
     hint: str | None = None
     changes: dict = field(default_factory=dict)
     branches: list[Branch] = field(default_factory=list)
+    name: str | None = None  # a fork's name: its files are under RUN/branches/<name>/
 
 
 def branches(steps: list[dict]) -> Branch:
@@ -50,6 +52,7 @@ def branches(steps: list[dict]) -> Branch:
             added = [h for h in first["hints"] if h not in before["hints"]]
             branch.hint = "; ".join(added) or None
             branch.changes = {k: v for k, v in first["settings"].items() if before["settings"].get(k) != v}
+            branch.name = first.get("branch") if first.get("branch") != before.get("branch") else None
         step: dict | None = first
         while step is not None:
             branch.steps.append(step)

@@ -53,12 +53,16 @@ class RunSummary(BaseModel):
     tokens: Usage = Field(default_factory=Usage, description="every model call of the run, totalled (cost "
                                                              "when prices were given)")
     run_dir: str = ""
+    outputs_dir: str = Field(default="", description="where this branch's best_kernel.py, result.json and report.md "
+                                                     "are: run_dir, or run_dir/branches/<branch> for a fork")
+    branch: str | None = Field(default=None, description="the fork's name; None on the run's first branch")
 
 
 def summarize(run: RunDir, state: StateLike, run_status: str | None = None, stop_reason: str | None = None) -> RunSummary:
     """The summary of a state; `best_kernel` points at the file only when it exists."""
     settings, best, start = settings_of(state), best_of(state), start_of(state)
-    kernel = run.path("best_kernel.py")
+    out = run.outputs(dict(state))
+    kernel = out / "best_kernel.py"
     return RunSummary(
         thread_id=run.thread_id, problem=problem_of(state).name,
         status=best.status if best is not None else "no_attempt",
@@ -72,7 +76,7 @@ def summarize(run: RunDir, state: StateLike, run_status: str | None = None, stop
         baseline=settings.baseline, target_speedup=settings.target_speedup,
         model=settings.model, base_url=settings.base_url, start=start.line if start is not None else None,
         tokens=total(usage_of(state), prices_of(state)),
-        run_dir=str(run.root))
+        run_dir=str(run.root), outputs_dir=str(out), branch=state.get("branch"))
 
 
 def _attempt_row(attempt: Attempt, baseline: str) -> str:
@@ -135,18 +139,18 @@ def render_report(summary: RunSummary, state: StateLike) -> str:
 def write_outputs(run: RunDir, state: StateLike, run_status: str, stop_reason: str | None = None) -> RunSummary:
     """Write best_kernel.py (only when the best attempt is correct: a failure is no kernel to use), result.json
     and report.md; return the summary."""
-    best = best_of(state)
+    best, out = best_of(state), run.outputs(dict(state))  # a fork's branch writes under branches/<name>
     if best is not None and best.code and best.status == "correct":
-        write_atomic(run.path("best_kernel.py"), best.code)
+        write_atomic(out / "best_kernel.py", best.code)
     else:
-        run.path("best_kernel.py").unlink(missing_ok=True)  # one an older version wrote for a failure
+        (out / "best_kernel.py").unlink(missing_ok=True)  # one an older version wrote for a failure
     summary = summarize(run, state, run_status, stop_reason)
     prices = prices_of(state)
     record = summary.model_dump(mode="json") | {
-        "report": str(run.path("report.md")),
+        "report": str(out / "report.md"),
         "attempt_list": [a.model_dump(mode="json", exclude={"code"}) for a in attempts_of(state)],
         "tokens_by_round": {str(r): u.model_dump() for r, u in by_round(usage_of(state), prices).items()},
         "tokens_by_turn": list(state.get("usage") or [])}
-    write_atomic(run.path("result.json"), json.dumps(record, indent=1))
-    write_atomic(run.path("report.md"), render_report(summary, state))
+    write_atomic(out / "result.json", json.dumps(record, indent=1))
+    write_atomic(out / "report.md", render_report(summary, state))
     return summary

@@ -7,6 +7,10 @@
     verdicts/<attempt>-<code sha>.json   the verdict journal: written right after each
                             verification, read back on resume so no attempt is verified twice
     best_kernel.py  result.json  report.md   written when the run ends, for any reason
+    branches/<name>/        a fork's own best_kernel.py, result.json and report.md (the state's
+                            `branch` names it); the parent's files stay as they were
+    model_source.json       where the run's model turns come from (a recording or an endpoint), so
+                            `runs resume` goes on with what the run was started with
     .lock                   pid of the process driving the thread
 
 Writes are atomic (temp file + rename): a process killed mid-write leaves the old file or none.
@@ -17,6 +21,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from kernelloop.agents.records import Attempt
 from kernelloop.agents.turns import ModelTurn, RecordedTurn, messages_sha256
@@ -35,6 +42,30 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class ModelSource(BaseModel):
+    """What a run's model turns come from, kept in the run dir so a resume reuses it."""
+
+    kind: Literal["recording", "endpoint", "client"] = Field(description="a recording file, an OpenAI-compatible "
+                                                             "endpoint (base_url and model are in the run's settings), "
+                                                             "or a chat model given from Python")
+    recording: str | None = Field(default=None, description="the recording's absolute path (kind 'recording')")
+
+
+class RecordingHeader(BaseModel):
+    """A recording's first line: the problem its turns answer (each turn names its prompt's hash)."""
+
+    recording: int = Field(default=1, description="the format's version")
+    problem: str = Field(default="", description="the problem's name")
+    problem_sha256: str = Field(description="sha256 of the problem's source: a recording answers that problem only")
+
+
+class Recording(BaseModel):
+    """A recording as read: its header (None for a recording made before headers) and its turns."""
+
+    header: RecordingHeader | None = None
+    turns: list[RecordedTurn]
+
+
 class RunDir:
     """Paths and blobs of one thread's run. Paths handed to the state are relative to `root`."""
 
@@ -44,6 +75,37 @@ class RunDir:
 
     def path(self, relative: str) -> Path:
         return self.root / relative
+
+    def outputs(self, state: dict | None = None) -> Path:
+        """Where the branch of `state` keeps best_kernel.py, result.json and report.md: the run dir for the
+        first branch, branches/<name> for a fork's."""
+        branch = (state or {}).get("branch")
+        return self.root / "branches" / branch if branch else self.root
+
+    def branch_files(self) -> dict[str, list[str]]:
+        """Each branch's output files: '' (the first branch) and every fork's name -> file names."""
+        names = ("best_kernel.py", "result.json", "report.md")
+        found = {"": [n for n in names if (self.root / n).is_file()]}
+        folder = self.root / "branches"
+        for branch in sorted(folder.iterdir()) if folder.is_dir() else []:
+            found[branch.name] = [n for n in names if (branch / n).is_file()]
+        return found
+
+    def new_branch_name(self) -> str:
+        """fork1, fork2, ...: the next fork's folder under branches/."""
+        folder = self.root / "branches"
+        taken = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+        name = next(f"fork{n}" for n in range(1, len(taken) + 2) if f"fork{n}" not in taken)
+        (folder / name).mkdir(parents=True)  # taken now, whether or not the branch ever writes its files
+        return name
+
+    # -- the model source: what answers the run's model calls ----------------------------------
+    def save_model_source(self, source: ModelSource) -> None:
+        write_atomic(self.root / "model_source.json", source.model_dump_json(indent=1))
+
+    def model_source(self) -> ModelSource | None:
+        path = self.root / "model_source.json"
+        return ModelSource.model_validate_json(path.read_text()) if path.is_file() else None
 
     # -- problem and kernels --------------------------------------------------------------------
     def problem(self, name: str, source: str, trusted: bool = True) -> Problem:
@@ -138,18 +200,32 @@ def recorded_turns(run: RunDir, state: dict) -> list[RecordedTurn]:
     return [run.load_turn(ref["turn_file"], ref.get("turn_sha256")) for ref in turn_refs(state).values()]
 
 
-def write_recording(path: Path, turns: list[RecordedTurn]) -> None:
-    """A recording file: one RecordedTurn per line (JSON Lines)."""
-    write_atomic(Path(path), "".join(t.model_dump_json() + "\n" for t in turns))
+def write_recording(path: Path, turns: list[RecordedTurn], header: RecordingHeader | None = None) -> None:
+    """A recording file: the header (the problem it answers) then one RecordedTurn per line (JSON Lines)."""
+    lines = ([header.model_dump_json()] if header is not None else []) + [t.model_dump_json() for t in turns]
+    write_atomic(Path(path), "".join(line + "\n" for line in lines))
 
 
-def read_recording(path: Path) -> list[RecordedTurn]:
-    """Turns from a recording file (.jsonl) or from a run directory's turns/ folder."""
+def load_recording(path: Path) -> Recording:
+    """A recording file (.jsonl: an optional header line, then turns) or a run directory's turns/ folder
+    (its problem.py gives the header)."""
     path = Path(path)
     if path.is_dir():
         folder = path / "turns" if (path / "turns").is_dir() else path
-        return [RecordedTurn.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        turns = [RecordedTurn.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        source = path / "problem.py"
+        header = RecordingHeader(problem=path.name, problem_sha256=sha256_text(source.read_text())) \
+            if source.is_file() else None
+        return Recording(header=header, turns=turns)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such recording (a .jsonl file or a run directory)")
     lines = [line for line in path.read_text().splitlines() if line.strip()]
-    return [RecordedTurn.model_validate_json(line) for line in lines]
+    header = None
+    if lines and '"problem_sha256"' in lines[0] and '"turn"' not in lines[0]:
+        header = RecordingHeader.model_validate_json(lines.pop(0))
+    return Recording(header=header, turns=[RecordedTurn.model_validate_json(line) for line in lines])
+
+
+def read_recording(path: Path) -> list[RecordedTurn]:
+    """The turns of a recording file (.jsonl) or of a run directory's turns/ folder."""
+    return load_recording(path).turns

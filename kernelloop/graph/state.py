@@ -142,6 +142,7 @@ class State(InputState, total=False):
     stop_requested: bool  # the user asked to stop at a review
     stop_reason: str | None  # why the run ended, once it has
     status: Literal["running", "finished"]
+    branch: str | None  # a fork's name (its files: RUN/branches/<name>/); absent or None on the first branch
     phase: str  # the last sequential node that completed (for `runs show`)
     spent_s: float  # wall-clock seconds spent on the run so far (sessions add up; pauses don't count)
     profiling_s: float  # of spent_s, what Nsight Compute took (kept under 10%: tools/profile/ncu_budget.py)

@@ -22,7 +22,14 @@ from kernelloop.agents.turns import ChatClient, KeyedChatClient
 from kernelloop.config.settings import Settings, load_settings, override
 from kernelloop.graph.context import VerifierLike
 from kernelloop.records import Verdict
-from kernelloop.serve.requests import CandidateInput, SolveSettings, VerdictBrief, VerifyRequest, bad_input_as, one_line
+from kernelloop.serve.requests import (
+    CandidateInput,
+    SolveSettings,
+    VerdictBrief,
+    VerifyRequest,
+    bad_input_as,
+    validation_line,
+)
 from kernelloop.serve.runs import RunOptions, SolveResult, run_solve
 
 VERIFY_DESCRIPTION = (
@@ -67,7 +74,8 @@ def verify_tool(*, device: str | None = None, strict: bool = False, verifier: Ve
 
     return StructuredTool.from_function(verify_kernel, name="verify_kernel", description=VERIFY_DESCRIPTION,
                                         args_schema=VerifyArgs, response_format="content_and_artifact",
-                                        handle_tool_error=True, handle_validation_error=one_line)
+                                        handle_tool_error=True,
+                                        handle_validation_error=validation_line("verify_kernel", list(VerifyArgs.model_fields)))
 
 
 def solve_tool(*, device: str | None = None, verifier: VerifierLike | None = None,
@@ -90,7 +98,9 @@ def solve_tool(*, device: str | None = None, verifier: VerifierLike | None = Non
 
     return StructuredTool.from_function(optimize_kernel, name="optimize_kernel", description=OPTIMIZE_DESCRIPTION,
                                         args_schema=SolveSettings, response_format="content_and_artifact",
-                                        handle_tool_error=True, handle_validation_error=one_line)
+                                        handle_tool_error=True,
+                                        handle_validation_error=validation_line("optimize_kernel",
+                                                                                list(SolveSettings.model_fields)))
 
 
 def kernelloop_tools(*, device: str | None = None, verifier: VerifierLike | None = None,

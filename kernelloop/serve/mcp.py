@@ -11,7 +11,6 @@ ProfileResult, JobList); bad input is a tool error with one line saying what to 
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,14 @@ from kernelloop.config.settings import Settings, load_settings, override
 from kernelloop.config.units import Device
 from kernelloop.serve import job_threads
 from kernelloop.serve.jobs import JobError, JobManager, JobStatus
-from kernelloop.serve.requests import SolveRequest, VerifyRequest, bad_input_as, one_line
+from kernelloop.serve.requests import (
+    SolveRequest,
+    VerifyRequest,
+    bad_input_as,
+    require_alternatives,
+    tool_error_line,
+    unknown_argument,
+)
 
 if TYPE_CHECKING:
     from kernelloop.tools.verify.pool import VerifierPool
@@ -183,7 +189,7 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
         try:
             return (await _watch(manager, job_id, min(wait_s, MAX_WAIT_S), ctx)).for_agent(detail)
         except ValueError as exc:  # an unknown job id: one line
-            raise ToolError(one_line(exc)) from exc
+            raise ToolError(tool_error_line("job_status", exc)) from exc
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     @bad_input_as(ToolError)
@@ -209,17 +215,17 @@ class _StrictTool(Tool):
     it, so a misspelt `candidate=2` would run with the default), a bad value says which field and why."""
 
     async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
-        known = list(self.parameters.get("properties", {}))
-        unknown = sorted(set(arguments) - set(known))
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {', '.join(known)}"
-            raise ToolError(f"{self.name}: unknown argument {unknown[0]!r}{hint}")
+        line = unknown_argument(self.name, arguments, list(self.parameters.get("properties", {})))
+        if line is not None:
+            raise ToolError(line)
         try:
             return await super().run(arguments, context, convert_result)
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
-                raise ToolError(f"{self.name}: {one_line(exc.__cause__)}") from None
+                raise ToolError(tool_error_line(self.name, exc.__cause__)) from None
+            line = getattr(exc.__cause__, "line", None)  # ours (bad_input_as): one line, named after this tool,
+            if isinstance(exc.__cause__, ToolError) and line:  # never in the SDK's "Error executing tool ..."
+                raise ToolError(f"{self.name}: {line}") from None
             raise
 
 
@@ -228,7 +234,7 @@ def _forbid_unknown_arguments(server: MCPServer) -> None:
     tools = server._tool_manager._tools  # noqa: SLF001 - the SDK has no public hook for argument checking
     for name, tool in tools.items():
         strict = _StrictTool.model_validate(dict(tool))
-        strict.parameters = {**tool.parameters, "additionalProperties": False}
+        strict.parameters = require_alternatives({**tool.parameters, "additionalProperties": False})
         tools[name] = strict
 
 

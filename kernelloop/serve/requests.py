@@ -7,9 +7,10 @@ the values themselves come from kernelloop.config.defaults.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,25 +44,65 @@ def one_line(error: ValueError) -> str:
 T = TypeVar("T")
 
 
+def unknown_argument(tool: str, given: Iterable[str], known: Sequence[str]) -> str | None:
+    """The one line for an argument a tool doesn't take (MCP and LangChain alike), naming it, never its value:
+    "verify_kernel: unknown argument 'problem_pth'; did you mean 'problem_path'?"; None when all are known."""
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {', '.join(known)}"
+    return f"{tool}: unknown argument {unknown[0]!r}{hint}"
+
+
+def tool_error_line(tool: str, error: ValueError) -> str:
+    """Every tool error's one line, in every interface: the tool's name, then what to fix."""
+    return f"{tool}: {one_line(error)}"
+
+
+def validation_line(tool: str, known: Sequence[str]) -> Callable[[ValidationError], str]:
+    """A LangChain tool's handle_validation_error: the same line the MCP server gives for the same arguments."""
+    def line(error: ValidationError) -> str:
+        extra = [str(e["loc"][0]) for e in error.errors() if e["type"] == "extra_forbidden" and e["loc"]]
+        return unknown_argument(tool, extra, known) if extra else tool_error_line(tool, error)  # type: ignore[return-value]
+    return line
+
+
 def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Decorate a tool so bad input (a ValueError: ProblemError, RequestError, PoolError, ConfigError,
-    ValidationError) reaches its caller as `error` (the framework's tool error) with one line;
-    anything else stays a crash."""
+    ValidationError) reaches its caller as `error` (the framework's tool error) with one line, prefixed with
+    the tool's name (tool_error_line); anything else stays a crash."""
     def decorate(tool: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(tool)
         def checked(*args: Any, **kwargs: Any) -> T:
             try:
                 return tool(*args, **kwargs)
             except ValueError as exc:
-                raise error(one_line(exc)) from exc
+                raised = error(tool_error_line(tool.__name__, exc))
+                raised.line = one_line(exc)  # type: ignore[attr-defined]  # for a server that names the tool itself
+                raise raised from exc
         return checked
     return decorate
+
+
+ALTERNATIVES = (("problem_path", "problem_source"), ("candidate_path", "candidate_source"))
+
+
+def require_alternatives(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's JSON schema with what it requires said in it: one of problem_path and problem_source (and of
+    candidate_path and candidate_source, where it takes a candidate), as `allOf` of `oneOf` `required` lists,
+    so an agent reading the schema sees that a call without them is refused."""
+    properties = schema.get("properties", {})
+    needed = [{"oneOf": [{"required": [name]} for name in pair]} for pair in ALTERNATIVES
+              if all(name in properties for name in pair)]
+    return {**schema, "allOf": needed} if needed else schema
 
 
 class ProblemInput(BaseModel):
     """A problem by path, or by its text (written under WORKSPACE/jobs/inputs/)."""
 
-    model_config = ConfigDict(extra="forbid")  # an agent's misspelt argument is an error, never dropped
+    model_config = ConfigDict(extra="forbid",  # an agent's misspelt argument is an error, never dropped
+                              json_schema_extra=lambda schema, cls: schema.update(require_alternatives(schema)))
 
     problem_path: str | None = Field(default=None,
                                      description="a problem file: class Model, get_inputs, get_init_inputs")

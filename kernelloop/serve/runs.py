@@ -22,11 +22,12 @@ from typing import Any, Literal, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from kernelloop.agents.calls import Asking
 from kernelloop.agents.planner import ReferenceFacts, reference_facts
-from kernelloop.agents.turns import ChatModel, KeyedReplayChatClient, RecordedTurn
+from kernelloop.agents.records import Attempt
+from kernelloop.agents.turns import ChatModel, KeyedReplayChatClient, RecordedTurn, ReplayExhausted
 from kernelloop.config import defaults
 from kernelloop.config.fields import Backend
 from kernelloop.config.settings import ConfigError, Settings, load_settings
@@ -35,8 +36,8 @@ from kernelloop.graph.build import build_graph
 from kernelloop.graph.checkpoint import open_checkpointer
 from kernelloop.graph.context import Context, RunEvent, VerifierLike
 from kernelloop.graph.report import RunSummary, summarize, write_outputs
-from kernelloop.graph.rundir import RunDir, read_recording, recorded_turns
-from kernelloop.graph.state import InputState, ProblemRecord, Review, RunSettings, State, settings_of
+from kernelloop.graph.rundir import ModelSource, RunDir, load_recording, read_recording, recorded_turns
+from kernelloop.graph.state import InputState, ProblemRecord, Review, RunSettings, State, attempts_of, settings_of
 from kernelloop.graph.usage import Prices
 from kernelloop.problem import Candidate, Problem
 from kernelloop.starts import StartRecord, resolve_start
@@ -58,10 +59,49 @@ class SolveError(ValueError):
     """A request that can't be served (unknown thread, thread exists, checkpoint not forkable). One line."""
 
 
+class RecordingMismatch(SolveError):
+    """A recording that answers another problem than the run's. One line: what differs, what to do."""
+
+
+class RecordingEnded(SolveError):
+    """The recording has no reply for a model call (none recorded, or its prompt changed). The run is saved at
+    its last checkpoint and can be resumed: with a live endpoint, or with stop_at_recording_end=True."""
+
+    def __init__(self, thread_id: str, exhausted: ReplayExhausted):
+        self.thread_id, self.key, self.why = thread_id, exhausted.key, exhausted.why
+        super().__init__(f"{self.why}; thread {thread_id} is saved at its last checkpoint: resume({thread_id!r}, "
+                         "base_url=..., model=...) goes on with a live model from there, or "
+                         "stop_at_recording_end=True stops where the recording ends")
+
+
+def recording_turns(path: str | Path, problem: ProblemRecord | Problem) -> list[RecordedTurn]:
+    """The turns of a recording, refused (RecordingMismatch) when its header names another problem."""
+    recording = load_recording(Path(path))
+    header = recording.header
+    if header is not None and header.problem_sha256 != problem.sha256:
+        raise RecordingMismatch(
+            f"{path} answers problem {header.problem or '?'!r} (sha256 {header.problem_sha256[:12]}), not "
+            f"{problem.name!r} (sha256 {problem.sha256[:12]}): give a recording of {problem.name!r} (`kernelloop runs "
+            f"export THREAD OUT.jsonl` writes one), or a live endpoint instead")
+    return recording.turns
+
+
 class SolveResult(RunSummary):
-    """What a run ended with (also written to the run dir as result.json)."""
+    """What a run ended with (also written to the run dir as result.json).
+
+    `attempts` is the count (as every JSON answer has it: the CLI's --json, MCP, result.json); the attempts
+    themselves, typed and with their code, are `attempt_list` (result.json's key of that name holds the same
+    records without the code). attempt_list is left out of model_dump / JSON.
+    """
 
     report: str | None = None
+    attempt_list: list[Attempt] = Field(default_factory=list, exclude=True,
+                                        description="every verified attempt, in order (Python only)")
+
+    @classmethod
+    def of(cls, summary: RunSummary, values: dict) -> SolveResult:
+        return cls(**summary.model_dump(), report=str(Path(summary.outputs_dir) / "report.md"),
+                   attempt_list=attempts_of(values))
 
 
 def new_thread_id(problem_name: str) -> str:
@@ -146,8 +186,25 @@ def _session(thread_id: str, workspace: Path, checkpoint_url: str | None) -> Ite
 
 
 def _drive(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, context: Context,
-           on_event: OnEvent | None, on_progress: OnProgress | None, on_review: OnReview | None) -> SolveResult:
-    """Stream the graph to its end or to an interrupt nobody answers; write outputs however it ends."""
+           on_event: OnEvent | None, on_progress: OnProgress | None, on_review: OnReview | None,
+           stop_at_recording_end: bool = False) -> SolveResult:
+    """Stream the graph to its end or to an interrupt nobody answers; write outputs however it ends.
+    A recording that runs out stops the run at its last checkpoint (resumable): RecordingEnded, or with
+    stop_at_recording_end a result whose stop_reason says where the recording ended."""
+    thread = _config(run.thread_id)
+    try:
+        return _stream(graph, run, payload, config, context, on_event, on_progress, on_review)
+    except ReplayExhausted as exc:
+        values = graph.get_state(thread).values
+        reason = f"recording_end: {exc.why}"
+        summary = write_outputs(run, values, "stopped", reason) if "settings" in values else summarize(run, values)
+        if stop_at_recording_end:
+            return SolveResult.of(summary, values)
+        raise RecordingEnded(run.thread_id, exc) from None
+
+
+def _stream(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, context: Context,
+            on_event: OnEvent | None, on_progress: OnProgress | None, on_review: OnReview | None) -> SolveResult:
     thread = _config(run.thread_id)
     try:
         while True:
@@ -166,7 +223,7 @@ def _drive(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, cont
             context.session_started_at = time.time()  # the time a person took to answer is not spent
     except BaseException as exc:  # Ctrl-C or an error: keep the best so far, then let it propagate
         values = graph.get_state(thread).values
-        if "settings" in values:
+        if "settings" in values and not isinstance(exc, ReplayExhausted):
             stopped = isinstance(exc, (KeyboardInterrupt, RunCancelled))
             reason = ("cancelled" if isinstance(exc, RunCancelled) else "interrupted") if stopped else \
                 f"error: {error_line(exc)}"
@@ -177,7 +234,7 @@ def _drive(graph: Graph, run: RunDir, payload: Any, config: RunnableConfig, cont
         summary = write_outputs(run, values, "waiting", "waiting for review")
     else:
         summary = summarize(run, values)
-    return SolveResult(**summary.model_dump(), report=str(run.path("report.md")))
+    return SolveResult.of(summary, values)
 
 
 @contextmanager
@@ -199,26 +256,37 @@ def solve(problem: Problem | str | Path, *, settings: Settings | None = None,
           target_speedup: float | Literal["from settings"] | None = FROM_SETTINGS, max_rounds: int | None = None,
           device: str | None = None, backend: Backend | None = None, workspace: str | Path | None = None,
           checkpoint_url: str | None = None, base_url: str | None = None, model: str | None = None,
-          api_key: str | None = None, **run: Any) -> SolveResult:
+          api_key: str | None = None, baseline: str = defaults.BASELINE, interactive: bool = False,
+          hints: Sequence[str] = (), start: StartRecord | Candidate | str | Path | None = defaults.START,
+          critic_model: bool = False, chat_client: ChatModel = None, stream_reasoning: bool = False,
+          prices: Prices | str | None = None, recorded: str | Path | None = None, stop_at_recording_end: bool = False,
+          verifier: VerifierLike | None = None, analyze: Callable[[Problem], ReferenceFacts | None] | None = None,
+          thread_id: str | None = None, on_event: OnEvent | None = None, on_progress: OnProgress | None = None,
+          on_review: OnReview | None = None) -> SolveResult:
     """Plan, write candidates in parallel, verify, critique, repeat until a stop condition
-    (docs/architecture.md). A value past a cap is a one-line ConfigError.
+    (docs/architecture.md). A value past a cap is a one-line ConfigError naming the argument.
 
     settings: the entry point's Settings (kernelloop.config.settings.load_settings); None: made here, the same
     way, from the arguments given over KERNELLOOP_* > .env > kernelloop.toml > kernelloop.config.defaults
     (arguments left at None come from there; target_speedup=None stops at the first correct kernel).
-    Give settings or those arguments, not both. The rest (`run`) are RunOptions: baseline, interactive,
-    hints, start, critic_model, chat_client, stream_reasoning, prices, recorded, verifier, analyze,
-    thread_id, on_event, on_progress, on_review.
+    Give settings or those arguments, not both. The rest are RunOptions (see there): how the run starts
+    (baseline, interactive, hints, start, critic_model), what answers its model calls (chat_client, or a
+    recording: `recorded`, with stop_at_recording_end), what judges (verifier, analyze) and what it reports to
+    (thread_id, on_event, on_progress, on_review).
     """
     flags = {"budget": budget_s, "candidates": candidates, "max_rounds": max_rounds, "device": device,
              "backend": backend, "home": workspace, "checkpoints": checkpoint_url, "base_url": base_url,
              "model": model, "api_key": api_key,
              "target": None if target_speedup == FROM_SETTINGS else ("none" if target_speedup is None else target_speedup)}
     if settings is None:
-        settings = load_settings(**flags)
+        settings = load_settings(python_api=True, **flags)
     elif any(value is not None for value in flags.values()):
         raise ConfigError(f"give settings= or {', '.join(n for n, v in flags.items() if v is not None)}, not both")
-    return run_solve(problem, settings, RunOptions(**run))
+    options = RunOptions(baseline=baseline, interactive=interactive, hints=hints, start=start, critic_model=critic_model,
+                         chat_client=chat_client, stream_reasoning=stream_reasoning, prices=prices, recorded=recorded,
+                         stop_at_recording_end=stop_at_recording_end, verifier=verifier, analyze=analyze,
+                         thread_id=thread_id, on_event=on_event, on_progress=on_progress, on_review=on_review)
+    return run_solve(problem, settings, options)
 
 
 class RunOptions(BaseModel):
@@ -229,7 +297,9 @@ class RunOptions(BaseModel):
     warning and a start from scratch where there is none). Kept in the thread for resume.
     chat_client: any LangChain chat model (or a keyed client); None: ChatOpenAI on the settings'
     endpoint, streaming when stream_reasoning. prices: USD per million prompt and completion tokens
-    ('0.55,2.19' or a Prices). recorded: a recording (.jsonl or a run dir) to re-serve instead of a model.
+    ('0.55,2.19' or a Prices). recorded: a recording (.jsonl or a run dir) to re-serve instead of a model
+    (refused when it names another problem); stop_at_recording_end: a call it can't answer ends the run there,
+    resumable, instead of raising RecordingEnded.
     on_review: answers interrupts of an interactive run; without it an interactive run pauses ("waiting").
     """
 
@@ -244,6 +314,7 @@ class RunOptions(BaseModel):
     stream_reasoning: bool = False
     prices: Prices | str | None = None
     recorded: str | Path | None = None
+    stop_at_recording_end: bool = False
     verifier: Any = None  # a VerifierLike; None: a pool on the settings' device, opened and closed here
     analyze: Callable[[Problem], ReferenceFacts | None] | None = None
     thread_id: str | None = None
@@ -259,11 +330,14 @@ def run_solve(problem: Problem | str | Path, settings: Settings, options: RunOpt
     start_record = resolve_start(start, problem.name)  # an unreadable start file fails here, before any model call
     if start_record is not None and not start_record.has_kernel and not isinstance(start, StartRecord):
         warnings.warn(start_record.line, stacklevel=3)  # 'auto' with no starter: said once, then from scratch
+    source = ModelSource(kind="client")
     if chat_client is None and options.recorded is not None:
-        turns = read_recording(Path(options.recorded))
+        turns = recording_turns(options.recorded, problem)
         chat_client = KeyedReplayChatClient(turns, model_name=settings.model or next(
             (t.turn.model for t in turns if t.turn.model), "recorded"))
+        source = ModelSource(kind="recording", recording=str(Path(options.recorded).resolve()))
     elif chat_client is None:
+        source = ModelSource(kind="endpoint")
         chat_client = live_client(settings.base_url, settings.model, settings.api_key.get_secret_value(),
                                   options.stream_reasoning)
     from kernelloop.agents.llm import endpoint_of
@@ -285,13 +359,14 @@ def run_solve(problem: Problem | str | Path, settings: Settings, options: RunOpt
             _session(thread_id, space, settings.checkpoints) as (graph, run):
         if graph.get_state(_config(thread_id)).values:
             raise SolveError(f"thread {thread_id} already exists: `kernelloop runs resume {thread_id}` continues it")
+        run.save_model_source(source)
         context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=device,
                           analyze=options.analyze or default_analyzer(device))
         state = {"problem": record.model_dump(), "settings": run_settings.model_dump(), "hints": list(options.hints)}
         if start_record is not None:
             state["start"] = start_record.model_dump()
         return _drive(graph, run, state, _config(thread_id), context, options.on_event, options.on_progress,
-                      options.on_review)
+                      options.on_review, options.stop_at_recording_end)
 
 
 def as_problem(problem: Problem | str | Path) -> Problem:
@@ -306,19 +381,21 @@ def as_problem(problem: Problem | str | Path) -> Problem:
 def replay(thread_id: str, checkpoint_id: str | None = None, *, recorded: bool | str | Path = False,
            reverify: bool = False, chat_client: ChatModel = None,
            base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-           stream_reasoning: bool = False,
+           stream_reasoning: bool = False, stop_at_recording_end: bool = False,
            verifier: VerifierLike | None = None, analyze: Callable[[Problem], ReferenceFacts | None] | None = None,
            workspace: str | Path | None = None, checkpoint_url: str | None = None, on_event: OnEvent | None = None,
            on_progress: OnProgress | None = None, on_review: OnReview | None = None) -> SolveResult:
     """Re-run a thread from a checkpoint (its latest when None: that is a resume).
 
-    Recorded model turns (by node and attempt, so parallel coders get the same replies) are
-    re-served where the prompt is unchanged; a changed prompt (a template edit, a fork's hint)
-    or a turn never recorded goes to the endpoint (flags > the one the run remembers >
-    KERNELLOOP_*) and is reported. recorded: True is strict, the thread's own turns and no
-    endpoint (a changed prompt is an error); a path serves another recording, also strictly.
-    reverify: verify again even code whose verdict is journaled (default: reuse, so no attempt
-    is verified twice).
+    The model source is the one the run was started with (kept in its run dir) unless told otherwise:
+    - a run started from a recording goes on with that recording (and the thread's own turns);
+    - recorded=PATH serves another recording (refused when it answers another problem);
+    - base_url / model: a live endpoint; with a recording, recorded turns first, then the live model;
+    - recorded=True: the thread's own turns (and its recording), no endpoint.
+    A turn is re-served only to the prompt it answered (by node and attempt, so parallel coders get the same
+    replies). With no endpoint, a call the recording can't answer raises RecordingEnded and leaves the thread
+    resumable at its last checkpoint; stop_at_recording_end=True returns there instead.
+    reverify: verify again even code whose verdict is journaled (default: reuse, so no attempt is verified twice).
     """
     chosen = load_settings(home=workspace, checkpoints=checkpoint_url)  # the entry point's Settings
     space = chosen.workspace.root
@@ -328,19 +405,45 @@ def replay(thread_id: str, checkpoint_id: str | None = None, *, recorded: bool |
             raise SolveError(f"no thread {thread_id} in {space}: `kernelloop runs list` shows the threads")
         settings = settings_of(latest.values)
         if chat_client is None:
-            turns = _thread_turns(run, latest.values) if isinstance(recorded, bool) else read_recording(Path(recorded))
-            chat_client = _replaying(turns, settings, bool(recorded), base_url, model, api_key, stream_reasoning,
-                                     own=isinstance(recorded, bool))
+            chat_client = _model_for(run, latest.values, recorded, base_url, model, api_key, stream_reasoning,
+                                     settings)
         with _judge(verifier, settings.device, space, chosen) as judge:
             context = Context(chat_client=chat_client, verifier=judge, workspace=space, device=settings.device,
                               analyze=analyze or default_analyzer(settings.device), reuse_verdicts=not reverify)
             return _drive(graph, run, None, _config(thread_id, checkpoint_id), context, on_event, on_progress,
-                          on_review)
+                          on_review, stop_at_recording_end)
 
 
-def resume(thread_id: str, **options) -> SolveResult:
-    """Continue a thread from its last checkpoint (after Ctrl-C, a kill, or a pause at a review)."""
-    return replay(thread_id, None, **options)
+def _model_for(run: RunDir, values: dict, recorded: bool | str | Path, base_url: str | None, model: str | None,
+               api_key: str | None, stream: bool, settings: RunSettings) -> ChatModel:
+    """What answers a resumed, replayed or forked run's model calls (see replay)."""
+    from kernelloop.graph.state import problem_of
+
+    source = run.model_source()
+    live = base_url is not None or model is not None  # told to use an endpoint
+    own = _thread_turns(run, values)
+    if isinstance(recorded, (str, Path)):
+        turns = recording_turns(recorded, problem_of(values))
+        run.save_model_source(ModelSource(kind="recording", recording=str(Path(recorded).resolve())))
+        return _replaying(turns, settings, not live, base_url, model, api_key, stream, own=False)
+    if source is not None and source.kind == "recording" and source.recording:
+        turns = own + recording_turns(source.recording, problem_of(values))
+        return _replaying(turns, settings, not live, base_url, model, api_key, stream, own=False)
+    return _replaying(own, settings, bool(recorded), base_url, model, api_key, stream)
+
+
+def resume(thread_id: str, *, recorded: bool | str | Path = False, chat_client: ChatModel = None,
+           base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+           stream_reasoning: bool = False, stop_at_recording_end: bool = False, reverify: bool = False,
+           verifier: VerifierLike | None = None, analyze: Callable[[Problem], ReferenceFacts | None] | None = None,
+           workspace: str | Path | None = None, checkpoint_url: str | None = None, on_event: OnEvent | None = None,
+           on_progress: OnProgress | None = None, on_review: OnReview | None = None) -> SolveResult:
+    """Continue a thread from its last checkpoint (after Ctrl-C, SIGTERM, a kill, or a pause at a review), with
+    the model source it was started with unless told otherwise (see replay)."""
+    return replay(thread_id, None, recorded=recorded, reverify=reverify, chat_client=chat_client, base_url=base_url,
+                  model=model, api_key=api_key, stream_reasoning=stream_reasoning,
+                  stop_at_recording_end=stop_at_recording_end, verifier=verifier, analyze=analyze, workspace=workspace,
+                  checkpoint_url=checkpoint_url, on_event=on_event, on_progress=on_progress, on_review=on_review)
 
 
 def fork(thread_id: str, checkpoint_id: str, *, hint: str | None = None, changes: dict[str, Any] | None = None,
@@ -369,13 +472,14 @@ def fork(thread_id: str, checkpoint_id: str, *, hint: str | None = None, changes
         update: dict[str, Any] = {"settings": settings.model_dump()}
         if hint:
             update["hints"] = list(snapshot.values.get("hints") or []) + [hint]
-        if options.get("chat_client") is None and options.get("recorded") in (None, False, True):
+        run = RunDir(space, thread_id)
+        update["branch"] = run.new_branch_name()  # the branch's files go under branches/<name>
+        if options.get("chat_client") is None:
             # the branch's own state holds no turns past the fork: serve the original branch's
             latest = graph.get_state(_config(thread_id)).values
-            options["chat_client"] = _replaying(
-                _thread_turns(RunDir(space, thread_id), latest), settings, bool(options.get("recorded")),
-                options.get("base_url"), options.get("model"), options.get("api_key"),
-                bool(options.get("stream_reasoning")))
+            options["chat_client"] = _model_for(
+                run, latest, options.pop("recorded", False) or False, options.get("base_url"), options.get("model"),
+                options.get("api_key"), bool(options.get("stream_reasoning")), settings)
         at: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
         branch = graph.update_state(at, update, as_node=producers.pop())
     return replay(thread_id, branch["configurable"]["checkpoint_id"], workspace=space, checkpoint_url=checkpoint_url,

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-from kernelloop.graph.rundir import read_recording
+from kernelloop.graph.rundir import load_recording
 from kernelloop.problem import Candidate, Problem
 from kernelloop.records import Status, Verdict
 from kernelloop.serve.runs import solve
@@ -24,7 +24,9 @@ def test_the_committed_recording_is_what_write_turns_py_writes():
     spec = importlib.util.spec_from_file_location("write_turns", EXAMPLE / "write_turns.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert [t.model_dump() for t in module.turns()] == [t.model_dump() for t in read_recording(EXAMPLE / "turns.jsonl")]
+    committed = load_recording(EXAMPLE / "turns.jsonl")
+    assert committed.header == module.header()
+    assert [t.model_dump() for t in module.turns(module.prompt_hashes())] == [t.model_dump() for t in committed.turns]
 
 
 def test_the_example_replays_with_no_endpoint(tmp_path):

@@ -38,8 +38,9 @@ def runs(tmp_path, *args: str):
 def test_a_fork_is_drawn_as_a_branch_with_its_checkpoint_and_hint(tmp_path):
     checkpoint = run_and_fork(tmp_path)
     shown = runs(tmp_path, "show", "t")
-    assert f"branch from {checkpoint}: hint 'keep BLOCK a power of two', target_speedup=1.4" in shown
-    assert shown.count("branch from") == 1
+    assert (f"branch fork1 (files: branches/fork1/) from {checkpoint}: hint 'keep BLOCK a power of two', "
+            "target_speedup=1.4") in shown
+    assert shown.count("branch fork1 (files") == 1 and "files of branch fork1: " in shown
     steps = json.loads(runs(tmp_path, "show", "t", "--json").splitlines()[-1])["steps"]
     children = [s for s in steps if s["parent"] == checkpoint]
     assert len(children) == 2  # the original round 2 and the fork

@@ -53,7 +53,7 @@ def test_bad_input_comes_back_as_a_one_line_error(tmp_path):
     assert message.status == "error" and "KERNELLOOP_BASE_URL" in message.content
     assert "\n" not in message.content
     invalid = call(optimize, problem_path=str(RELU_PROBLEM), candidates=0)
-    assert invalid.status == "error" and invalid.content.startswith("candidates: ")
+    assert invalid.status == "error" and invalid.content.startswith("optimize_kernel: candidates: ")  # as MCP says it
 
 
 def test_optimize_tool_runs_the_loop(tmp_path):
