@@ -140,6 +140,7 @@ class Code(str, Enum):
     claims_unverified = "claims_unverified"  # --strict-claims, and only the candidate's process says its kernels did the work
     writes_to_inputs = "writes_to_inputs"
     aliases_input = "aliases_input"
+    changes_precision = "changes_precision"  # its forward switched torch's float32 precision (TF32) during a checked run
     decoy_kernel = "decoy_kernel"
     faster_than_possible = "faster_than_possible"
     timing_contradicted = "timing_contradicted"

@@ -47,20 +47,90 @@ class OpRecorder(TorchDispatchMode):
                 if op.rstrip("_") not in NON_COMPUTE_OPS and op not in NON_COMPUTE_OPS}
 
 
-@contextmanager
-def declared_precision() -> Iterator[None]:
-    """Float32 computed in float32: TF32 off for cuBLAS matmuls and cuDNN convolutions while the
-    block runs, then both flags as they were. The trusted job computes the reference outputs, by
-    which correctness is judged, under it: by default PyTorch lets cuDNN convolve float32 in TF32
-    (a 10-bit mantissa, relative error ~1e-3 on a large reduction: the whole float32 `rel` bound),
-    and a problem may switch matmuls to TF32 too. The baselines are timed outside it, as PyTorch
-    runs them by default (what a candidate is measured against is what a user would get)."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+# The nodes of torch's float32 precision settings (torch.backends.<node>.fp32_precision), each parent
+# before its children: setting a parent sets the nodes under it, so a state is written in this order.
+# Read through this API alone: the legacy getters (allow_tf32, get_float32_matmul_precision) raise
+# once anyone has mixed the two APIs, and a legacy setter leaves a node the new API set as it was
+# (cuDNN's conv stayed TF32 after `cudnn.allow_tf32 = False` where a parent had been set to tf32).
+PRECISION_NODES = ("", "cuda", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul",
+                   "mkldnn.conv", "mkldnn.rnn")
+# What both sides of a comparison compute float32 in: IEEE float32 for cuBLAS, cuDNN and oneDNN (no
+# TF32, no bf16). Spelled as the legacy setters leave it ("none": inherited from a parent that is
+# "none", IEEE), so code that reads the legacy flags (allow_tf32 False, matmul precision "highest")
+# reads them without an error.
+DECLARED_PRECISION = {"": "none", "cuda.matmul": "ieee", "cudnn": "none", "cudnn.conv": "none", "cudnn.rnn": "none",
+                      "mkldnn": "none", "mkldnn.matmul": "ieee", "mkldnn.conv": "none", "mkldnn.rnn": "none"}
+
+
+def _node(name: str):
+    target = torch.backends
+    for part in filter(None, name.split(".")):
+        target = getattr(target, part)
+    return target
+
+
+def precision_flags() -> dict[str, str]:
+    """Every node's fp32_precision as it stands ("ieee", "tf32", "bf16", "none": its parent's); a
+    node this build lacks, or one never set that can't be read (torch.backends.cuda), is left out."""
+    flags = {}
+    for name in PRECISION_NODES:
+        try:
+            flags[name] = str(_node(name).fp32_precision)
+        except (AttributeError, RuntimeError):  # absent, or never set: nothing reads it as set
+            continue
+    return flags
+
+
+def set_precision_flags(flags: dict[str, str]) -> None:
+    """Write `flags` (from precision_flags, or DECLARED_PRECISION), parents first."""
+    for name in PRECISION_NODES:
+        if name in flags:
+            _node(name).fp32_precision = flags[name]
+
+
+def _legacy_tf32() -> tuple[bool, bool] | None:
+    """(cuBLAS, cuDNN) TF32 as the legacy flags read; None where they can't be read (APIs mixed)."""
     try:
-        yield
+        return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:  # "you have used a mix of the legacy and new APIs": the new API's nodes say it all
+        return None
+
+
+def _set_legacy_tf32(matmul: bool, cudnn: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+@contextmanager
+def declared_precision() -> Iterator[dict[str, str]]:
+    """Float32 computed in float32: TF32 off for cuBLAS matmuls and cuDNN convolutions (oneDNN kept
+    to IEEE on the CPU) while the block runs, then every setting as it was. Both sides of a
+    comparison run under it: the trusted job computes the reference outputs, by which correctness is
+    judged, and the candidate's child its checked runs (harness.run_one), so a torch op a candidate
+    keeps computes exactly what it computes in the reference; its own kernels may still choose TF32,
+    judged by the tolerance. By default PyTorch lets cuDNN convolve float32 in TF32 (a 10-bit
+    mantissa, relative error ~1e-3 on a large reduction: the whole float32 `rel` bound; ResNet101
+    solutions read rel_err 0.065 on an H200 with only the candidate's side in TF32), and a problem
+    may switch matmuls to TF32 too. Timed runs are outside it on both sides, as PyTorch runs by
+    default (what a candidate is measured against is what a user would get). Yields the settings as
+    set, to check after the block (precision_changes)."""
+    before, legacy = precision_flags(), _legacy_tf32()
+    set_precision_flags(DECLARED_PRECISION)
+    _set_legacy_tf32(False, False)  # the legacy flags' own state too, so their getters agree
+    declared = precision_flags()
+    try:
+        yield declared
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        if legacy is not None:
+            _set_legacy_tf32(*legacy)
+        set_precision_flags(before)
+
+
+def precision_changes(declared: dict[str, str]) -> dict[str, str]:
+    """The settings that no longer read as `declared` (what declared_precision yielded), as
+    {node: "was -> now"}: empty where nothing changed them."""
+    now = precision_flags()
+    return {f"torch.backends{'.' if name else ''}{name}.fp32_precision": f"{value} -> {now.get(name, 'unreadable')}"
+            for name, value in declared.items() if now.get(name) != value}
 
 
 def seed_all(seed: int) -> None:

@@ -34,7 +34,16 @@ from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify import build_job
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, no_collection, seed_all, synchronize, to_device
+from kernelloop.tools.verify._runtime import (
+    INIT_SEED,
+    OpRecorder,
+    declared_precision,
+    no_collection,
+    precision_changes,
+    seed_all,
+    synchronize,
+    to_device,
+)
 from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls prepare and preload here
     COMPILER_MODULES,
     LAUNCH_COUNTER_MODULES,
@@ -271,6 +280,22 @@ def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
     return None
 
 
+def switched_precision(changed: dict[str, str]) -> tuple[Code, str]:
+    """A checked run whose forward changed torch's float32 precision settings. The harness sets them
+    (declared_precision: the reference's, TF32 off) before each checked run and reads them after;
+    whatever it finds, the next run starts from its own settings again. A change is rejected, not
+    only undone: in a checked run it can only lose accuracy against the reference, so its one use is
+    to run torch's ops below the declared precision where nothing compares them (the timed calls,
+    against baselines at PyTorch's defaults), and a forward that flips process-wide settings changes
+    its caller's numerics besides (like writing to its inputs). A forward that switches and restores
+    them within one call is not seen here (architecture.md, Known gaps)."""
+    what = ", ".join(f"{name} {change}" for name, change in sorted(changed.items()))
+    return (Code.changes_precision,
+            f"changes precision: its forward switched torch's float32 precision during a checked run ({what}); "
+            "torch's ops are judged at the reference's precision (TF32 off), and only a kernel of its own may "
+            "choose TF32")
+
+
 def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | None = None,
             costs: dict | None = None, poison_value: float = math.nan,
             recorder: OpRecorder | None = None) -> tuple[list, list, tuple[Code, str] | None]:
@@ -281,7 +306,9 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
     `costs` gets each step's seconds: "inputs_s" (to the device, and the pristine copies), "poison_s", "forward_s" (the
     forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host).
-    `recorder` records the ops of the forward alone (not this harness's copies and checks around it)."""
+    `recorder` records the ops of the forward alone (not this harness's copies and checks around it).
+    The forward runs at the reference's precision (declared_precision: TF32 off), which it must leave
+    as it found it (switched_precision)."""
     steps = Stopwatch()
 
     def lap(name: str) -> None:  # only where asked: the device waits for the step, so the lap is its time
@@ -297,10 +324,14 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     lap("inputs_s")
     poison(device, specs, poison_value)
     lap("poison_s")
-    with PoisonEmpty(poison_value), (recorder if recorder is not None else contextlib.nullcontext()):
-        out = flatten_outputs(model(*inputs))
-    synchronize(device)
+    with declared_precision() as declared:  # the reference's precision: set before, checked after
+        with PoisonEmpty(poison_value), (recorder if recorder is not None else contextlib.nullcontext()):
+            out = flatten_outputs(model(*inputs))
+        synchronize(device)
+        changed = precision_changes(declared)
     lap("forward_s")
+    if changed:
+        return [], inputs, switched_precision(changed)
     for index, o in enumerate(out):
         if type(o) is not torch.Tensor:
             return [], inputs, (Code.wrong_type,
