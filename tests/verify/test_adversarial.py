@@ -217,6 +217,8 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
                                         f"got {verdict.status.value}: {verdict.reason}")
     assert any(reason in verdict.reason.lower() for reason in reasons), (
         f"{path.name}: expected reason containing {' or '.join(map(repr, reasons))}, got {verdict.reason!r}")
+    if verdict.status in (Status.correct, Status.incorrect) and verdict.trials:  # outputs were compared: by what
+        assert verdict.tolerance.startswith("kernelloop: per-dtype"), f"{path.name}: no tolerance stated"
     return verdict
 
 

@@ -33,6 +33,7 @@ class VerdictBase(TypedDict, total=False):
     own_kernels: list[str]
     library_ops: list[str]
     cost_s: dict[str, float]
+    tolerance: str  # the tolerance outputs are compared with, once they are (compare.tolerance_words)
 
 
 PHASE_WORDS = {"compile": "loading, compiling and making its first call", "trials": "running the trials",
@@ -123,7 +124,8 @@ def incorrect(comparison: Comparison, reason: str, code: Code, trials: int, loca
     facts = describe(located) if located is not None else []
     feedback = reason + ("\n\nWhere it is wrong:\n" + "\n".join(f"- {line}" for line in facts) if facts else "")
     return Verdict(status=Status.incorrect, reason=reason, code=code, max_abs_err=comparison.max_abs_err,
-                   rel_err=comparison.rel_err, trials=trials, localisation=located, feedback=feedback, **base)
+                   rel_err=comparison.rel_err, trials=trials, localisation=located, feedback=feedback,
+                   tolerance_would_pass=list(comparison.would_pass), **base)
 
 
 def localised(comparisons: list[Comparison], outputs: list[list], refs: list[list], failed: int, tolerance: dict,
