@@ -95,7 +95,8 @@ def add_relu(a, b):
     add_relu_kernel[(triton.cdiv(a.numel(), 1024),)](a, b, out, a.numel(), BLOCK=1024)
     return out
 '''
-CANDIDATE = (NETWORK.replace("RESIDUAL", "add_relu(out, identity)").replace("\nclass Bottleneck", OWN_RESIDUAL + "\n\nclass Bottleneck", 1)
+CANDIDATE = (NETWORK.replace("RESIDUAL", "add_relu(out, identity)")
+             .replace("\nclass Bottleneck", OWN_RESIDUAL + "\n\nclass Bottleneck", 1)
              + "\n\nclass ModelNew(Net):\n    pass\n")
 
 

@@ -114,7 +114,8 @@ def fresh_check_failed(found: str, claimed_code: object, trials: int, base: Verd
     code = code_of(claimed_code)
     if code is Code.wrong_type:
         return Verdict(status=Status.incorrect, reason=found[:300], code=code, trials=trials, **base)
-    return rejected(code if code in (Code.writes_to_inputs, Code.aliases_input, Code.changes_precision) else Code.unknown, found[:300], **base)
+    kept = (Code.writes_to_inputs, Code.aliases_input, Code.changes_precision)
+    return rejected(code if code in kept else Code.unknown, found[:300], **base)
 
 
 # -- on the outputs, compared by the parent ---------------------------------------------------------
