@@ -29,22 +29,110 @@ NON_COMPUTE_OPS = frozenset({
 })
 
 
+# Copies, the work of moving elements: not compute ops (a candidate may copy freely around its
+# kernels, and --strict does not count them as library ops), but part of the reference's work all the
+# same: a ShuffleNet's channel shuffle is a copy. Their elements are recorded as one op, COPY.
+COPY_OPS = frozenset({"clone", "copy_", "_to_copy"})
+COPY = "copy"
+# Ops that make a tensor without reading one: a tensor they make and an own kernel is handed is that
+# kernel's output (OpRecorder.own_launch).
+ALLOCATING_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+                            "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
+                            "new_full"})
+# In-place ops whose first argument is only written: handing them a tensor is not consuming it.
+OVERWRITING_OPS = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "set_", "resize_"})
+
+
+def _tensors(value) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _storage(t: torch.Tensor) -> int:
+    """Where its memory starts (0 for none: never followed)."""
+    return t.untyped_storage().data_ptr() if t.device.type != "meta" else 0
+
+
 class OpRecorder(TorchDispatchMode):
-    """Records the aten ops a forward dispatches (names without overload)."""
+    """Records the aten ops a forward dispatches (names without overload): how many times each ran
+    and its work, the elements of its tensor inputs (a sum's elements reduced, a scan's elements
+    scanned, a matmul's operands; a copy's elements copied), on the shapes it ran on. In the
+    candidate's child it also follows its own kernels' outputs (own_launch): tensors made in the
+    forward and handed to one of its kernels, and how many of their elements the forward then
+    consumed or returned (own_used)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.work: Counter[str] = Counter()
+        self._made: dict[int, int] = {}  # storage -> elements, of tensors an allocating op made in the forward
+        self._own: dict[int, int] = {}  # those handed to an own kernel: its outputs
+        self._used: set[int] = set()
+        self.own_used = 0  # elements of own kernels' outputs that a torch op read or the forward returned
+        # Inside a launch in Triton's CPU interpreter, which moves each argument to a host copy and
+        # back through aten: those copies are its plumbing, neither torch's work nor a use of an output.
+        self.interpreting = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func._schema.name.split("::")[-1]] += 1
-        return func(*args, **(kwargs or {}))
+        name = func._schema.name.split("::")[-1]
+        if self.interpreting and (name in NON_COMPUTE_OPS or name.rstrip("_") in NON_COMPUTE_OPS):
+            return func(*args, **(kwargs or {}))
+        self.ops[name] += 1
+        read = list(_tensors(args[1:] if name in OVERWRITING_OPS else args)) + list(_tensors(kwargs or {}))
+        if name in COPY_OPS:  # the elements copied: the source's (copy_'s second argument)
+            self.work[COPY] += sum(t.numel() for t in read[:1])
+        else:
+            self.work[name] += sum(t.numel() for t in read)
+        if self._own and not self.interpreting:
+            self.consumed(read)
+        out = func(*args, **(kwargs or {}))
+        if name in ALLOCATING_OPS:
+            for t in _tensors(out):
+                if _storage(t):
+                    self._made[_storage(t)] = t.numel()
+        return out
+
+    def own_launch(self, values) -> None:
+        """An own kernel (Triton, or an extension function) was handed `values`: the tensors among
+        them that the forward made are its outputs."""
+        for t in _tensors(list(values)):
+            storage = _storage(t)
+            if storage in self._made:
+                self._own[storage] = max(self._own.get(storage, 0), t.numel())
+
+    def own_result(self, values) -> None:
+        """What an extension function returned: its output, wherever it was made."""
+        for t in _tensors(values):
+            if _storage(t):
+                self._own[_storage(t)] = max(self._own.get(_storage(t), 0), t.numel())
+
+    def consumed(self, values) -> None:
+        """`values` were read by a torch op or returned: own outputs among them count as used."""
+        for t in _tensors(list(values)):
+            storage = _storage(t)
+            if storage in self._own and storage not in self._used:
+                self._used.add(storage)
+                self.own_used += self._own[storage]
 
     def compute_ops(self) -> dict[str, int]:
         """Each compute op with how many times it ran (a count, not only a name: a candidate that
         replaces 8 of 28 `add_` calls still runs `add_`, and has done part of the work itself)."""
         return {op: self.ops[op] for op in sorted(self.ops)
                 if op.rstrip("_") not in NON_COMPUTE_OPS and op not in NON_COMPUTE_OPS}
+
+    def compute_work(self) -> dict[str, int]:
+        """Each compute op's work (elements of its tensor inputs, over every call), and the copies'
+        elements as COPY: what torch did of the forward, op by op."""
+        work = {op: self.work[op] for op in self.compute_ops()}
+        if self.work[COPY]:
+            work[COPY] = self.work[COPY]
+        return work
 
 
 # The nodes of torch's float32 precision settings (torch.backends.<node>.fp32_precision), each parent

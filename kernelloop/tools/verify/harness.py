@@ -79,6 +79,7 @@ class LaunchCounter:
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.served: list[str] = []  # extension modules loaded from the compile stage's product (build_job.py)
         self._runs: dict[Any, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
+        self.recorder: OpRecorder | None = None  # the first trial's: told what each own kernel is handed
         self._own_let_through = False
 
     def install(self, prebuilt: dict[str, Any] | None = None) -> None:
@@ -97,8 +98,11 @@ class LaunchCounter:
         cpp_extension.load_inline = counted_load_inline
 
     def _wrap_run(self, cls) -> None:
+        from triton.runtime import interpreter
+
         original_run = cls.run
         counter = self
+        interpreted = cls is interpreter.InterpretedFunction
 
         def run(self_, *args, **kwargs):
             if counter.mode == "skip":
@@ -107,7 +111,16 @@ class LaunchCounter:
             name = f"triton:{getattr(self_.fn, '__name__', 'kernel')}"
             if not kwargs.get("warmup", False):
                 counter.launches[name] += 1
-            kernel = original_run(self_, *args, **kwargs)
+                if counter.recorder is not None:
+                    counter.recorder.own_launch([*args, *kwargs.values()])
+            recorder = counter.recorder if interpreted else None
+            if recorder is not None:
+                recorder.interpreting = True
+            try:
+                kernel = original_run(self_, *args, **kwargs)
+            finally:
+                if recorder is not None:
+                    recorder.interpreting = False
             counter.unperturb(noised)
             if name not in counter.facts and not kwargs.get("warmup", False):
                 counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
@@ -197,10 +210,15 @@ class _CountedExtension:
 
         def call(*args, **kwargs):
             counter.launches[f"ext:{name}"] += 1
+            recorder = counter.recorder
+            if recorder is not None:
+                recorder.own_launch([*args, *kwargs.values()])
             # the perturb run: noise on what it is handed, put back after it as a launch's inputs are
             noised = counter.perturb([*args, *kwargs.values()]) if counter.mode == "perturb" else []
             result = attr(*args, **kwargs)
             counter.unperturb(noised)
+            if recorder is not None:
+                recorder.own_result(result)
             return result
 
         return call
@@ -327,6 +345,8 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     with declared_precision() as declared:  # the reference's precision: set before, checked after
         with PoisonEmpty(poison_value), (recorder if recorder is not None else contextlib.nullcontext()):
             out = flatten_outputs(model(*inputs))
+        if recorder is not None:
+            recorder.consumed(out)  # what the forward returns is used
         synchronize(device)
         changed = precision_changes(declared)
     lap("forward_s")
@@ -483,6 +503,7 @@ class _CandidateSession:
         """Every given input set once, outputs saved for the parent; returns a claim-level problem
         (aliasing, input writes, a tensor subclass) or None."""
         recorder = OpRecorder()
+        self.counter.recorder = recorder
         outputs = []
         first_forward: dict[str, float] = {}
         started = time.perf_counter()
@@ -490,6 +511,7 @@ class _CandidateSession:
             if index == 0:
                 out, self.buffers, found = run_one(self.model, inputs, self.device, self._specs(0), costs=first_forward,
                                                    recorder=recorder)
+                self.counter.recorder = None
                 self.channel.phase("trials")
                 self.costs["first_call_s"] = time.perf_counter() - started  # includes Triton's JIT compile
             else:
@@ -504,7 +526,8 @@ class _CandidateSession:
                   {"disturbed": [d is not None for d in disturbed]})
         # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
-        self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
+        self.channel.send({"trials": {"ops": recorder.compute_ops(), "op_work": recorder.compute_work(),
+                                      "own_used": recorder.own_used, **self.claims()}})
         return None
 
     def rerun(self, asked: dict) -> dict[str, Any]:

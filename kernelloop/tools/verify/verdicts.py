@@ -8,6 +8,7 @@ anything of the candidate's process but through those.
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import torch
@@ -69,31 +70,82 @@ def precheck(candidate: Candidate, device: str, static_checks: bool = True) -> V
 
 
 # -- on what the candidate's process says it ran (claims) ------------------------------------------
+COPY = "copy"  # _runtime.COPY: the elements the forward's copies moved (clone, copy_, _to_copy)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What each side's torch ops did, op by op, on the first input set (_runtime.OpRecorder):
+    elements of each op's inputs, the copies' elements as COPY; and, for the candidate, the elements of
+    its own kernels' outputs that its forward consumed or returned (what a copy it dropped may have
+    become). Empty where a side did not report it: the counts decide then."""
+
+    reference: dict[str, int] = field(default_factory=dict)
+    candidate: dict[str, int] = field(default_factory=dict)
+    own_used: int = 0
+
+    def left_to_torch(self) -> list[str] | None:
+        """The reference's ops whose work torch still does in full in the candidate, or None where every
+        one is: an op torch does less of (a row sum whose own kernel leaves 5 partials a row for
+        torch.sum; a scan whose torch.cumsum only scans 8 tile totals a row) is work its own kernels
+        took over, a full reduction beside a trivial kernel is not. A copy counts as taken over where
+        its own kernels' used outputs hold at least the elements torch no longer copies: a copy
+        dropped for a view, beside a kernel that only sets a flag, is still torch's (redteam3). None
+        also where no work was reported (counts decide)."""
+        if not self.reference or not self.candidate and not self.own_used:
+            return None
+        taken = []
+        for op, elements in self.reference.items():
+            done = self.candidate.get(op, 0)
+            if op == COPY and done < elements and self.own_used < elements - done:
+                continue  # the copy it no longer makes is in no output of its own: a view, not work
+            if done < elements:
+                taken.append(op)
+        return None if taken else sorted(self.reference)
+
+
 def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: set[str], library_ops: list[str],
                  strict: bool, base: VerdictBase, reference_counts: dict[str, int] | None = None,
-                 candidate_counts: dict[str, int] | None = None) -> Verdict | None:
+                 candidate_counts: dict[str, int] | None = None, work: Work | None = None) -> Verdict | None:
     """Rules on what the candidate's process says it ran. Claims: it can only lie its way out of
     these, never into a speed it doesn't have (speed and correctness are decided by the parent).
-    It leaves the work to torch when it runs every compute op of the reference at least as many
-    times as the reference does (where counts are known): an op it runs fewer times is work its own
-    kernels took over (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_).
-    Copies are not counted: a candidate that returns a view where the reference makes a copy would
-    read as having taken the copy over (redteam3), so a ShuffleNet whose own kernel does the
-    channel shuffle is still rejected.
-    Its op-agnostic companion: it also leaves the work to torch when its torch compute ops, whatever
-    their names, run at least as many times in all as the reference's do (issue 35: a kernel that
-    only copies, then clamp_min for the reference's relu; a gate kernel beside torch's softmax)."""
+    It leaves the work to torch when torch still does all of the reference's work: where each op's
+    work is known (Work: elements, on the shapes each side ran), every op (and copy) of the reference
+    on at least as many elements as in the reference; else, where counts are known, every compute op
+    at least as many times (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_);
+    else every op by name.
+    Its op-agnostic companion: it also leaves the work to torch when its torch ops, whatever their
+    names, do at least as much in all as the reference's: elements where work is known (a copy
+    kernel, then clamp_min on every element for the reference's relu), else calls (issue 35: a gate
+    kernel beside torch's softmax)."""
     if not launches:
         return rejected(Code.no_own_kernel,
                         "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
                         **base)
     ref_counts, cand_counts = reference_counts or {}, candidate_counts or {}
-    if reference_ops and set(reference_ops) <= candidate_ops and (
+    by_work = work is not None and bool(work.reference) and bool(work.candidate or work.own_used)
+    if work is not None and by_work:
+        left = work.left_to_torch()
+        if left is not None:
+            return rejected(Code.leaves_work_to_torch,
+                            f"leaves the work to torch: torch still does all of the reference's work "
+                            f"({', '.join(f'{op} {work.reference[op]:,} elements' for op in left)}) beside its own "
+                            "kernels", **base)
+    elif reference_ops and set(reference_ops) <= candidate_ops and (
             not (ref_counts and cand_counts) or all(cand_counts.get(op, 0) >= count for op, count in ref_counts.items())):
         return rejected(Code.leaves_work_to_torch,
                         f"leaves the work to torch: every compute op of the reference ({', '.join(reference_ops)}) "
                         "still runs through torch beside its own kernels", **base)
-    reference_total, candidate_total = sum(ref_counts.values()), sum(cand_counts.values())
+    if work is not None and by_work:
+        reference_work, candidate_work = sum(work.reference.values()), sum(work.candidate.values())
+        if candidate_work >= reference_work:
+            return rejected(Code.leaves_work_to_torch,
+                            f"leaves the work to torch: torch still runs its ops ({', '.join(sorted(work.candidate))}) "
+                            f"on {candidate_work:,} elements beside its own kernels, as many as the reference's "
+                            f"{reference_work:,}: its own kernels take none of the reference's work over", **base)
+        reference_total = candidate_total = 0  # elements decided: calls say less
+    else:
+        reference_total, candidate_total = sum(ref_counts.values()), sum(cand_counts.values())
     if reference_total and candidate_total >= reference_total:
         return rejected(Code.leaves_work_to_torch,
                         f"leaves the work to torch: torch still runs {candidate_total} compute op call(s) "

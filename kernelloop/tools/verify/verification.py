@@ -231,8 +231,11 @@ class Verification:
         cand_ops = set(cand_counts)
         library_ops = sorted(set(made.ops) & cand_ops)
         base: VerdictBase = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
+        own_used = trials.get("own_used")
+        work = verdicts.Work(made.op_work, claimed_counts(trials.get("op_work")),
+                             own_used if isinstance(own_used, int) and not isinstance(own_used, bool) else 0)
         broken = verdicts.claimed_work(launches, made.ops, cand_ops, library_ops, self.verifier.strict, base,
-                                       reference_counts=made.op_counts, candidate_counts=cand_counts)
+                                       reference_counts=made.op_counts, candidate_counts=cand_counts, work=work)
         if broken is not None:
             return broken
         base["tolerance"] = tolerance_words(made.outputs[0] if made.outputs else [], server.tolerance)
