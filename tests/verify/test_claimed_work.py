@@ -5,8 +5,8 @@ num_batches_tracked.add_ kept `add_` among the ops torch ran."""
 import torch
 
 from kernelloop.records import Code
-from kernelloop.tools.verify.claims import claimed_counts
 from kernelloop.tools.verify._runtime import OpRecorder
+from kernelloop.tools.verify.claims import claimed_counts
 from kernelloop.tools.verify.verdicts import Work, claimed_work
 
 BASE = {"device": "cpu", "own_kernels": ["add_kernel"], "library_ops": []}
@@ -111,3 +111,13 @@ def test_the_recorder_follows_own_kernels_outputs_to_their_use():
         z = torch.relu(x).t().contiguous()
     unused.consumed([z])
     assert unused.own_used == 0 and unused.compute_work() == {"relu": 128, "copy": 128}
+
+
+def test_an_extensions_result_counts_only_where_the_forward_uses_it():
+    x = torch.randn(8, 16)
+    recorder = OpRecorder()
+    with recorder:
+        recorder.own_result(x * 2)  # what a load_inline function returned, read by nothing after
+        out = torch.relu(x)
+    recorder.consumed([out])
+    assert recorder.own_used == 0
