@@ -40,6 +40,7 @@ from kernelloop.tools.verify._runtime import (
     declared_precision,
     no_collection,
     precision_changes,
+    precision_flags,
     seed_all,
     synchronize,
     to_device,
@@ -298,7 +299,7 @@ def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
     return None
 
 
-def switched_precision(changed: dict[str, str]) -> tuple[Code, str]:
+def switched_precision(changed: dict[str, str], where: str = "its forward") -> tuple[Code, str]:
     """A checked run whose forward changed torch's float32 precision settings. The harness sets them
     (declared_precision: the reference's, TF32 off) before each checked run and reads them after;
     whatever it finds, the next run starts from its own settings again. A change is rejected, not
@@ -306,10 +307,11 @@ def switched_precision(changed: dict[str, str]) -> tuple[Code, str]:
     to run torch's ops below the declared precision where nothing compares them (the timed calls,
     against baselines at PyTorch's defaults), and a forward that flips process-wide settings changes
     its caller's numerics besides (like writing to its inputs). A forward that switches and restores
-    them within one call is not seen here (architecture.md, Known gaps)."""
+    them within one call is not seen here (architecture.md, Known gaps). A change at import or in
+    ModelNew(...) is rejected too (run_candidate): its timed calls would run with it."""
     what = ", ".join(f"{name} {change}" for name, change in sorted(changed.items()))
     return (Code.changes_precision,
-            f"changes precision: its forward switched torch's float32 precision during a checked run ({what}); "
+            f"changes precision: {where} switched torch's float32 precision ({what}); "
             "torch's ops are judged at the reference's precision (TF32 off), and only a kernel of its own may "
             "choose TF32")
 
@@ -389,7 +391,9 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     try:
-        candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate", names=reference_names(job))
+        names = reference_names(job)  # a run of the reference's source, where it takes names from it
+        settings = precision_flags()  # what its timed calls run with (PyTorch's defaults): its own code may not change it
+        candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate", names=names)
     except Exception as exc:  # import errors are the candidate's compile errors
         return {"status": "compile_error", "code": Code.import_failed.value,
                 "reason": f"compile: the candidate failed to import: {exc}".splitlines()[0]}
@@ -418,6 +422,10 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
                 "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"}
     synchronize(device)
     steps.lap("model_s")
+    changed = precision_changes(settings)
+    if changed:  # set at import or in __init__: its timed calls would run torch's ops in TF32
+        code, reason = switched_precision(changed, "its import or ModelNew(...)")
+        return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
     session = _CandidateSession(model, input_sets, counter, job, channel)
     session.pool_sets = pool_sets
     session.overhead.update(setup_s=steps.total(), **{f"setup_{k}": v for k, v in steps.laps.items()},
