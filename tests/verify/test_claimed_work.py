@@ -121,3 +121,20 @@ def test_an_extensions_result_counts_only_where_the_forward_uses_it():
         out = torch.relu(x)
     recorder.consumed([out])
     assert recorder.own_used == 0
+
+
+def test_a_sliver_left_to_a_kernel_is_not_the_op_taken_over():
+    # torch.relu on all but a row's last element, the kernel the last: one call each, most of the work torch's
+    verdict = judged_by_work({"relu": 45 * 300}, {"relu": 45 * 299})
+    assert verdict is not None and verdict.code is Code.leaves_work_to_torch
+    # half of it in its own kernel: taken over
+    assert judged_by_work({"mm": 2 * 64 * 64}, {"mm": 64 * 64}) is None
+
+
+def test_fewer_calls_on_fewer_elements_is_work_taken_over():
+    # 8 of 28 residual adds its own: 20 calls on 20/28 of the elements
+    work = Work({"add_": 28 * 1000, "convolution": 20 * 5000}, {"add_": 20 * 1000, "convolution": 20 * 5000})
+    verdict = claimed_work(["add_kernel"], ["add_", "convolution"], {"add_", "convolution"}, [], False, BASE,
+                           reference_counts={"add_": 28, "convolution": 20},
+                           candidate_counts={"add_": 20, "convolution": 20}, work=work)
+    assert verdict is None

@@ -84,22 +84,25 @@ class Work:
     candidate: dict[str, int] = field(default_factory=dict)
     own_used: int = 0
 
-    def left_to_torch(self) -> list[str] | None:
-        """The reference's ops whose work torch still does in full in the candidate, or None where every
-        one is: an op torch does less of (a row sum whose own kernel leaves 5 partials a row for
-        torch.sum; a scan whose torch.cumsum only scans 8 tile totals a row) is work its own kernels
-        took over, a full reduction beside a trivial kernel is not. A copy counts as taken over where
-        its own kernels' used outputs hold at least the elements torch no longer copies: a copy
-        dropped for a view, beside a kernel that only sets a flag, is still torch's (redteam3). None
-        also where no work was reported (counts decide)."""
-        if not self.reference or not self.candidate and not self.own_used:
-            return None
+    def left_to_torch(self, reference_counts: dict[str, int], candidate_counts: dict[str, int]) -> list[str] | None:
+        """The reference's ops torch still does in the candidate, or None where its own kernels took
+        at least one over. An op is taken over where torch runs it on fewer elements than the
+        reference does, and either at most half of them (a row sum whose own kernel leaves 5 partials
+        a row for torch.sum; a scan whose torch.cumsum scans 8 tile totals a row; a full reduction
+        beside a trivial kernel is not, nor one that leaves the kernel a row's last element) or in
+        fewer calls (a ResNet whose residual adds are its own still runs BatchNorm's add_; the count
+        rule before this one). A copy is taken over where its own kernels' outputs that the forward
+        used hold at least the elements torch no longer copies: a copy dropped for a view, beside a
+        kernel that only sets a flag, is still torch's (redteam3)."""
         taken = []
         for op, elements in self.reference.items():
             done = self.candidate.get(op, 0)
-            if op == COPY and done < elements and self.own_used < elements - done:
-                continue  # the copy it no longer makes is in no output of its own: a view, not work
-            if done < elements:
+            if done >= elements:
+                continue
+            if op == COPY:
+                if self.own_used >= elements - done:
+                    taken.append(op)
+            elif 2 * done <= elements or candidate_counts.get(op, 0) < reference_counts.get(op, 0):
                 taken.append(op)
         return None if taken else sorted(self.reference)
 
@@ -109,11 +112,10 @@ def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: s
                  candidate_counts: dict[str, int] | None = None, work: Work | None = None) -> Verdict | None:
     """Rules on what the candidate's process says it ran. Claims: it can only lie its way out of
     these, never into a speed it doesn't have (speed and correctness are decided by the parent).
-    It leaves the work to torch when torch still does all of the reference's work: where each op's
-    work is known (Work: elements, on the shapes each side ran), every op (and copy) of the reference
-    on at least as many elements as in the reference; else, where counts are known, every compute op
-    at least as many times (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_);
-    else every op by name.
+    It leaves the work to torch when torch still does the reference's work: where each op's work is
+    known (Work: elements, on the shapes each side ran), no op (or copy) of the reference taken over
+    (Work.left_to_torch); else, where counts are known, every compute op at least as many times (a
+    ResNet whose 8 residual adds are its own still runs BatchNorm's add_); else every op by name.
     Its op-agnostic companion: it also leaves the work to torch when its torch ops, whatever their
     names, do at least as much in all as the reference's: elements where work is known (a copy
     kernel, then clamp_min on every element for the reference's relu), else calls (issue 35: a gate
@@ -125,10 +127,10 @@ def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: s
     ref_counts, cand_counts = reference_counts or {}, candidate_counts or {}
     by_work = work is not None and bool(work.reference) and bool(work.candidate or work.own_used)
     if work is not None and by_work:
-        left = work.left_to_torch()
+        left = work.left_to_torch(ref_counts, cand_counts)
         if left is not None:
             return rejected(Code.leaves_work_to_torch,
-                            f"leaves the work to torch: torch still does all of the reference's work "
+                            f"leaves the work to torch: torch still does the reference's work "
                             f"({', '.join(f'{op} {work.reference[op]:,} elements' for op in left)}) beside its own "
                             "kernels", **base)
     elif reference_ops and set(reference_ops) <= candidate_ops and (
