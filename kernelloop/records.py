@@ -140,6 +140,7 @@ class Code(str, Enum):
     claims_unverified = "claims_unverified"  # --strict-claims, and only the candidate's process says its kernels did the work
     writes_to_inputs = "writes_to_inputs"
     aliases_input = "aliases_input"
+    changes_precision = "changes_precision"  # its forward switched torch's float32 precision (TF32) during a checked run
     decoy_kernel = "decoy_kernel"
     faster_than_possible = "faster_than_possible"
     timing_contradicted = "timing_contradicted"
@@ -461,6 +462,10 @@ class Verdict(Record):
     # outputs whose reference is zero or its own round-off (compare.py): judged by the absolute tolerance
     # only, so a kernel of zeros is as right; such a verdict is never a win
     degenerate_outputs: list[int] = field(default_factory=list)
+    # The tolerance that decided (compare.tolerance_words): ours, per dtype; "" where no output was
+    # compared. A mismatch another standard passes names it in the reason and here (compare.OTHER_STANDARDS).
+    tolerance: str = ""
+    tolerance_would_pass: list[str] = field(default_factory=list)
 
     _records: ClassVar[dict[str, type[Record]]] = {"gpu": GpuState, "localisation": Localisation}
     _record_maps: ClassVar[dict[str, type[Record]]] = {"timings": TimingStats}

@@ -35,6 +35,7 @@ _REJECTED_FIX = {
     Code.decoy_kernel: "compute the result in your own kernels, not in torch beside a kernel that does nothing",
     Code.writes_to_inputs: "write results into fresh output tensors, never into the inputs",
     Code.aliases_input: "return a new tensor, not a view of an input",
+    Code.changes_precision: "leave torch's precision settings alone; choose TF32 in your own kernels (tl.dot)",
     Code.faster_than_possible: "do the real work on every call: no cached or skipped results",
     Code.timing_contradicted: "time nothing yourself and touch no timers",
 }

@@ -169,9 +169,6 @@ _OPEN = {
     "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
                              "from a value it made itself, and numpy's work records no torch op (the verdict says "
                              "\"in-process claim\"; --strict-claims refuses it)",
-    # Left open while closing the count rule's false rejections (redteam3 found what the closing opened):
-    "own_transpose_triton": "copies are not counted as work taken over (a view that drops the reference's copy read "
-                            "as one), so an own kernel doing the reference's copy is read as leaving the work to torch",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
@@ -217,6 +214,8 @@ def check_fixture(verifier, path: Path, unlinted: bool = False) -> Verdict:
                                         f"got {verdict.status.value}: {verdict.reason}")
     assert any(reason in verdict.reason.lower() for reason in reasons), (
         f"{path.name}: expected reason containing {' or '.join(map(repr, reasons))}, got {verdict.reason!r}")
+    if verdict.status in (Status.correct, Status.incorrect) and verdict.trials:  # outputs were compared: by what
+        assert verdict.tolerance.startswith("kernelloop: per-dtype"), f"{path.name}: no tolerance stated"
     return verdict
 
 

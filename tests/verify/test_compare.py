@@ -6,7 +6,15 @@ import math
 import pytest
 import torch
 
-from kernelloop.tools.verify.compare import CHUNK_ELEMENTS, compare_device, compare_outputs, flatten_outputs, tolerance_for
+from kernelloop.records import Code
+from kernelloop.tools.verify.compare import (
+    CHUNK_ELEMENTS,
+    compare_device,
+    compare_outputs,
+    flatten_outputs,
+    tolerance_for,
+    tolerance_words,
+)
 
 
 def test_equal_outputs_pass_with_zero_error():
@@ -360,3 +368,33 @@ def test_declared_precision_turns_tf32_off_and_restores_the_flags():
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
         raise RuntimeError("a reference that fails still leaves the flags as they were")
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+# -- the tolerance is a choice, stated --------------------------------------------------------------
+def test_a_mismatch_another_standard_passes_says_so():
+    torch.manual_seed(0)
+    ref = torch.randn(4096)
+    result = compare_outputs([ref * 1.004], [ref])  # off by 0.4%: over our rel (1e-3), under KernelBench v0's 1e-2
+    assert not result.ok and result.code is Code.mismatch
+    assert result.would_pass == ("kernelbench_v0",)
+    assert result.reason.endswith("KernelBench's v0 tolerance (atol=rtol=1e-2) would pass it")
+
+
+def test_a_mismatch_no_standard_passes_names_none():
+    ref = torch.randn(4096)
+    result = compare_outputs([ref + 1.0], [ref])
+    assert not result.ok and result.would_pass == () and "would pass" not in result.reason
+
+
+def test_a_wrong_type_or_misplaced_nan_is_never_passed_by_another_standard():
+    ref = torch.randn(64)
+    assert compare_outputs([ref.double()], [ref]).would_pass == ()
+    broken = ref.clone()
+    broken[3] = float("nan")
+    assert compare_outputs([broken], [ref]).would_pass == ()
+
+
+def test_the_tolerance_words_name_ours_per_dtype():
+    words = tolerance_words([torch.zeros(2), torch.zeros(2, dtype=torch.bfloat16)], {"float32": {"rel": 2e-3}})
+    assert words.startswith("kernelloop: per-dtype")
+    assert "float32: atol=0.01 rtol=0.01 rel=0.002" in words and "bfloat16: atol=0.02" in words

@@ -29,16 +29,96 @@ NON_COMPUTE_OPS = frozenset({
 })
 
 
+# Copies, the work of moving elements: not compute ops (a candidate may copy freely around its
+# kernels, and --strict does not count them as library ops), but part of the reference's work all the
+# same: a ShuffleNet's channel shuffle is a copy. Their elements are recorded as one op, COPY.
+COPY_OPS = frozenset({"clone", "copy_", "_to_copy"})
+COPY = "copy"
+# Ops that make a tensor without reading one: a tensor they make and an own kernel is handed is that
+# kernel's output (OpRecorder.own_launch).
+ALLOCATING_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+                            "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
+                            "new_full"})
+# In-place ops whose first argument is only written: handing them a tensor is not consuming it.
+OVERWRITING_OPS = frozenset({"copy_", "fill_", "zero_", "normal_", "uniform_", "set_", "resize_"})
+
+
+def _tensors(value) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _storage(t: torch.Tensor) -> int:
+    """Where its memory starts (0 for none: never followed)."""
+    return t.untyped_storage().data_ptr() if t.device.type != "meta" else 0
+
+
 class OpRecorder(TorchDispatchMode):
-    """Records the aten ops a forward dispatches (names without overload)."""
+    """Records the aten ops a forward dispatches (names without overload): how many times each ran
+    and its work, the elements of its tensor inputs (a sum's elements reduced, a scan's elements
+    scanned, a matmul's operands; a copy's elements copied), on the shapes it ran on. In the
+    candidate's child it also follows its own kernels' outputs (own_launch): tensors made in the
+    forward and handed to one of its kernels, and how many of their elements the forward then
+    consumed or returned (own_used)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.work: Counter[str] = Counter()
+        self._made: dict[int, int] = {}  # storage -> elements, of tensors an allocating op made in the forward
+        self._own: dict[int, int] = {}  # those handed to an own kernel: its outputs
+        self._used: set[int] = set()
+        self.own_used = 0  # elements of own kernels' outputs that a torch op read or the forward returned
+        # Inside a launch in Triton's CPU interpreter, which moves each argument to a host copy and
+        # back through aten: those copies are its plumbing, neither torch's work nor a use of an output.
+        self.interpreting = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func._schema.name.split("::")[-1]] += 1
-        return func(*args, **(kwargs or {}))
+        name = func._schema.name.split("::")[-1]
+        if self.interpreting and (name in NON_COMPUTE_OPS or name.rstrip("_") in NON_COMPUTE_OPS):
+            return func(*args, **(kwargs or {}))
+        self.ops[name] += 1
+        read = list(_tensors(args[1:] if name in OVERWRITING_OPS else args)) + list(_tensors(kwargs or {}))
+        if name in COPY_OPS:  # the elements copied: the source's (copy_'s second argument)
+            self.work[COPY] += sum(t.numel() for t in read[:1])
+        else:
+            self.work[name] += sum(t.numel() for t in read)
+        if self._own and not self.interpreting:
+            self.consumed(read)
+        out = func(*args, **(kwargs or {}))
+        if name in ALLOCATING_OPS:
+            for t in _tensors(out):
+                if _storage(t):
+                    self._made[_storage(t)] = t.numel()
+        return out
+
+    def own_launch(self, values) -> None:
+        """An own kernel (Triton, or an extension function) was handed `values`: the tensors among
+        them that the forward made are its outputs."""
+        for t in _tensors(list(values)):
+            storage = _storage(t)
+            if storage in self._made:
+                self._own[storage] = max(self._own.get(storage, 0), t.numel())
+
+    def own_result(self, values) -> None:
+        """What an extension function returned: its output, wherever it was made."""
+        for t in _tensors(values):
+            if _storage(t):
+                self._own[_storage(t)] = max(self._own.get(_storage(t), 0), t.numel())
+
+    def consumed(self, values) -> None:
+        """`values` were read by a torch op or returned: own outputs among them count as used."""
+        for t in _tensors(list(values)):
+            storage = _storage(t)
+            if storage in self._own and storage not in self._used:
+                self._used.add(storage)
+                self.own_used += self._own[storage]
 
     def compute_ops(self) -> dict[str, int]:
         """Each compute op with how many times it ran (a count, not only a name: a candidate that
@@ -46,21 +126,99 @@ class OpRecorder(TorchDispatchMode):
         return {op: self.ops[op] for op in sorted(self.ops)
                 if op.rstrip("_") not in NON_COMPUTE_OPS and op not in NON_COMPUTE_OPS}
 
+    def compute_work(self) -> dict[str, int]:
+        """Each compute op's work (elements of its tensor inputs, over every call), and the copies'
+        elements as COPY: what torch did of the forward, op by op."""
+        work = {op: self.work[op] for op in self.compute_ops()}
+        if self.work[COPY]:
+            work[COPY] = self.work[COPY]
+        return work
+
+
+# The nodes of torch's float32 precision settings (torch.backends.<node>.fp32_precision), each parent
+# before its children: setting a parent sets the nodes under it, so a state is written in this order.
+# Read through this API alone: the legacy getters (allow_tf32, get_float32_matmul_precision) raise
+# once anyone has mixed the two APIs, and a legacy setter leaves a node the new API set as it was
+# (cuDNN's conv stayed TF32 after `cudnn.allow_tf32 = False` where a parent had been set to tf32).
+PRECISION_NODES = ("", "cuda", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul",
+                   "mkldnn.conv", "mkldnn.rnn")
+# What both sides of a comparison compute float32 in: IEEE float32 for cuBLAS, cuDNN and oneDNN (no
+# TF32, no bf16). Spelled as the legacy setters leave it ("none": inherited from a parent that is
+# "none", IEEE), so code that reads the legacy flags (allow_tf32 False, matmul precision "highest")
+# reads them without an error.
+DECLARED_PRECISION = {"": "none", "cuda.matmul": "ieee", "cudnn": "none", "cudnn.conv": "none", "cudnn.rnn": "none",
+                      "mkldnn": "none", "mkldnn.matmul": "ieee", "mkldnn.conv": "none", "mkldnn.rnn": "none"}
+
+
+def _node(name: str):
+    target = torch.backends
+    for part in filter(None, name.split(".")):
+        target = getattr(target, part)
+    return target
+
+
+def precision_flags() -> dict[str, str]:
+    """Every node's fp32_precision as it stands ("ieee", "tf32", "bf16", "none": its parent's); a
+    node this build lacks, or one never set that can't be read (torch.backends.cuda), is left out."""
+    flags = {}
+    for name in PRECISION_NODES:
+        try:
+            flags[name] = str(_node(name).fp32_precision)
+        except (AttributeError, RuntimeError):  # absent, or never set: nothing reads it as set
+            continue
+    return flags
+
+
+def set_precision_flags(flags: dict[str, str]) -> None:
+    """Write `flags` (from precision_flags, or DECLARED_PRECISION), parents first."""
+    for name in PRECISION_NODES:
+        if name in flags:
+            _node(name).fp32_precision = flags[name]
+
+
+def _legacy_tf32() -> tuple[bool, bool] | None:
+    """(cuBLAS, cuDNN) TF32 as the legacy flags read; None where they can't be read (APIs mixed)."""
+    try:
+        return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:  # "you have used a mix of the legacy and new APIs": the new API's nodes say it all
+        return None
+
+
+def _set_legacy_tf32(matmul: bool, cudnn: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
 
 @contextmanager
-def declared_precision() -> Iterator[None]:
-    """Float32 computed in float32: TF32 off for cuBLAS matmuls and cuDNN convolutions while the
-    block runs, then both flags as they were. The trusted job computes the reference outputs, by
-    which correctness is judged, under it: by default PyTorch lets cuDNN convolve float32 in TF32
-    (a 10-bit mantissa, relative error ~1e-3 on a large reduction: the whole float32 `rel` bound),
-    and a problem may switch matmuls to TF32 too. The baselines are timed outside it, as PyTorch
-    runs them by default (what a candidate is measured against is what a user would get)."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+def declared_precision() -> Iterator[dict[str, str]]:
+    """Float32 computed in float32: TF32 off for cuBLAS matmuls and cuDNN convolutions (oneDNN kept
+    to IEEE on the CPU) while the block runs, then every setting as it was. Both sides of a
+    comparison run under it: the trusted job computes the reference outputs, by which correctness is
+    judged, and the candidate's child its checked runs (harness.run_one), so a torch op a candidate
+    keeps computes exactly what it computes in the reference; its own kernels may still choose TF32,
+    judged by the tolerance. By default PyTorch lets cuDNN convolve float32 in TF32 (a 10-bit
+    mantissa, relative error ~1e-3 on a large reduction: the whole float32 `rel` bound; ResNet101
+    solutions read rel_err 0.065 on an H200 with only the candidate's side in TF32), and a problem
+    may switch matmuls to TF32 too. Timed runs are outside it on both sides, as PyTorch runs by
+    default (what a candidate is measured against is what a user would get). Yields the settings as
+    set, to check after the block (precision_changes)."""
+    before, legacy = precision_flags(), _legacy_tf32()
+    set_precision_flags(DECLARED_PRECISION)
+    _set_legacy_tf32(False, False)  # the legacy flags' own state too, so their getters agree
+    declared = precision_flags()
     try:
-        yield
+        yield declared
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        if legacy is not None:
+            _set_legacy_tf32(*legacy)
+        set_precision_flags(before)
+
+
+def precision_changes(declared: dict[str, str]) -> dict[str, str]:
+    """The settings that no longer read as `declared` (what declared_precision yielded), as
+    {node: "was -> now"}: empty where nothing changed them."""
+    now = precision_flags()
+    return {f"torch.backends{'.' if name else ''}{name}.fp32_precision": f"{value} -> {now.get(name, 'unreadable')}"
+            for name, value in declared.items() if now.get(name) != value}
 
 
 def seed_all(seed: int) -> None:

@@ -73,6 +73,15 @@ SAMPLE_ELEMENTS = 1 << 16  # the median magnitude of a larger reference: from th
 # its own (independent of the reference's) by up to about twice as much, and rel must leave room.
 DEGENERATE_FRACTION = 0.25
 
+# The tolerance is a choice, and the verdict states it (Verdict.tolerance): ours is the per-dtype
+# bounds above; KernelBench judges with torch.allclose at one atol = rtol for every dtype. A mismatch
+# that one of theirs would pass says so in its reason (Comparison.would_pass).
+OURS = "kernelloop"
+OTHER_STANDARDS: dict[str, tuple[str, float]] = {  # name -> (as a reason writes it, atol = rtol)
+    "kernelbench": ("KernelBench's current tolerance (atol=rtol=1e-4)", 1e-4),
+    "kernelbench_v0": ("KernelBench's v0 tolerance (atol=rtol=1e-2)", 1e-2),
+}
+
 
 @dataclass
 class Comparison:
@@ -84,6 +93,7 @@ class Comparison:
     code: Code = Code.correct  # which check failed (Code.wrong_type, nonfinite, mismatch, off_on_most, biased)
     output: int = 0  # the output it failed on
     degenerate: tuple[int, ...] = ()  # outputs whose reference is zero or round-off: judged elementwise only
+    would_pass: tuple[str, ...] = ()  # a mismatch: the other standards (OTHER_STANDARDS) that pass every output
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -348,10 +358,50 @@ def compare_outputs(outs: list, refs: list, overrides: dict | None = None,
     for index, (out, ref) in enumerate(zip(outs, refs)):
         result = compare_one(out, ref, index, overrides, device, index in round_off)
         if not result.ok:
-            return result
+            return _with_other_standards(result, outs, refs, device)
         worst = Comparison(True, "", max(worst.max_abs_err, result.max_abs_err), max(worst.rel_err, result.rel_err),
                            max(worst.bias, result.bias, key=abs), degenerate=worst.degenerate + result.degenerate)
     return worst
+
+
+def _with_other_standards(failed: Comparison, outs: list, refs: list, device) -> Comparison:
+    """A mismatch (values out of our bounds, not a wrong type or a NaN in the wrong place) with the
+    other standards that would pass it, named in its reason."""
+    if failed.code not in (Code.mismatch, Code.off_on_most, Code.biased):
+        return failed
+    passing = tuple(name for name, (_, tol) in OTHER_STANDARDS.items()
+                    if all(_allclose(out, ref, tol, device) for out, ref in zip(outs, refs)))
+    if not passing:
+        return failed
+    words = " and ".join(OTHER_STANDARDS[name][0] for name in passing)
+    failed.reason = f"{failed.reason}; {words} would pass it"
+    failed.would_pass = passing
+    return failed
+
+
+def _allclose(out: object, ref: object, tol: float, device) -> bool:
+    """KernelBench's check of one output: torch.allclose(out, ref, atol=tol, rtol=tol), in chunks."""
+    if not (type(out) is torch.Tensor and isinstance(ref, torch.Tensor) and out.layout == torch.strided
+            and out.shape == ref.shape and out.dtype == ref.dtype):
+        return False
+    device = torch.device(device) if device is not None else ref.device
+    flat_out, flat_ref = out.detach().reshape(-1), ref.detach().reshape(-1)
+    if ref.is_complex():
+        flat_out, flat_ref = (torch.view_as_real(t.resolve_conj()).reshape(-1) for t in (flat_out, flat_ref))
+    for start in range(0, flat_ref.numel(), CHUNK_ELEMENTS):
+        chunk_out, chunk_ref = (t[start:start + CHUNK_ELEMENTS].to(device) for t in (flat_out, flat_ref))
+        if not torch.allclose(chunk_out, chunk_ref, atol=tol, rtol=tol):
+            return False
+    return True
+
+
+def tolerance_words(refs: list, overrides: dict | None = None) -> str:
+    """Which tolerance decides, for the verdict: ours, per dtype of the reference's outputs."""
+    dtypes = dict.fromkeys(ref.dtype for ref in refs if isinstance(ref, torch.Tensor))
+    bounds = "; ".join(f"{_name(dtype)}: " + " ".join(f"{key}={value:g}" for key, value in
+                                                      tolerance_for(dtype, overrides).items()) for dtype in dtypes)
+    return (f"{OURS}: per-dtype elementwise atol/rtol, plus norm-relative (rel), typical-element (median_rel) and "
+            f"one-sided (bias) bounds ({bounds or 'no tensor outputs'})")
 
 
 def flatten_outputs(result) -> list:

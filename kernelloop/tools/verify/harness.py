@@ -34,7 +34,17 @@ from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify import build_job
-from kernelloop.tools.verify._runtime import INIT_SEED, OpRecorder, no_collection, seed_all, synchronize, to_device
+from kernelloop.tools.verify._runtime import (
+    INIT_SEED,
+    OpRecorder,
+    declared_precision,
+    no_collection,
+    precision_changes,
+    precision_flags,
+    seed_all,
+    synchronize,
+    to_device,
+)
 from kernelloop.tools.verify.child import (  # noqa: F401 - the zygote calls prepare and preload here
     COMPILER_MODULES,
     LAUNCH_COUNTER_MODULES,
@@ -70,6 +80,7 @@ class LaunchCounter:
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.served: list[str] = []  # extension modules loaded from the compile stage's product (build_job.py)
         self._runs: dict[Any, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
+        self.recorder: OpRecorder | None = None  # the first trial's: told what each own kernel is handed
         self._own_let_through = False
 
     def install(self, prebuilt: dict[str, Any] | None = None) -> None:
@@ -88,8 +99,11 @@ class LaunchCounter:
         cpp_extension.load_inline = counted_load_inline
 
     def _wrap_run(self, cls) -> None:
+        from triton.runtime import interpreter
+
         original_run = cls.run
         counter = self
+        interpreted = cls is interpreter.InterpretedFunction
 
         def run(self_, *args, **kwargs):
             if counter.mode == "skip":
@@ -98,7 +112,16 @@ class LaunchCounter:
             name = f"triton:{getattr(self_.fn, '__name__', 'kernel')}"
             if not kwargs.get("warmup", False):
                 counter.launches[name] += 1
-            kernel = original_run(self_, *args, **kwargs)
+                if counter.recorder is not None:
+                    counter.recorder.own_launch([*args, *kwargs.values()])
+            recorder = counter.recorder if interpreted else None
+            if recorder is not None:
+                recorder.interpreting = True
+            try:
+                kernel = original_run(self_, *args, **kwargs)
+            finally:
+                if recorder is not None:
+                    recorder.interpreting = False
             counter.unperturb(noised)
             if name not in counter.facts and not kwargs.get("warmup", False):
                 counter.facts[name] = launch_facts(self_, args, kwargs, kernel)
@@ -188,10 +211,15 @@ class _CountedExtension:
 
         def call(*args, **kwargs):
             counter.launches[f"ext:{name}"] += 1
+            recorder = counter.recorder
+            if recorder is not None:
+                recorder.own_launch([*args, *kwargs.values()])
             # the perturb run: noise on what it is handed, put back after it as a launch's inputs are
             noised = counter.perturb([*args, *kwargs.values()]) if counter.mode == "perturb" else []
             result = attr(*args, **kwargs)
             counter.unperturb(noised)
+            if recorder is not None:
+                recorder.own_result(result)
             return result
 
         return call
@@ -271,6 +299,23 @@ def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
     return None
 
 
+def switched_precision(changed: dict[str, str], where: str = "its forward") -> tuple[Code, str]:
+    """A checked run whose forward changed torch's float32 precision settings. The harness sets them
+    (declared_precision: the reference's, TF32 off) before each checked run and reads them after;
+    whatever it finds, the next run starts from its own settings again. A change is rejected, not
+    only undone: in a checked run it can only lose accuracy against the reference, so its one use is
+    to run torch's ops below the declared precision where nothing compares them (the timed calls,
+    against baselines at PyTorch's defaults), and a forward that flips process-wide settings changes
+    its caller's numerics besides (like writing to its inputs). A forward that switches and restores
+    them within one call is not seen here (architecture.md, Known gaps). A change at import or in
+    ModelNew(...) is rejected too (run_candidate): its timed calls would run with it."""
+    what = ", ".join(f"{name} {change}" for name, change in sorted(changed.items()))
+    return (Code.changes_precision,
+            f"changes precision: {where} switched torch's float32 precision ({what}); "
+            "torch's ops are judged at the reference's precision (TF32 off), and only a kernel of its own may "
+            "choose TF32")
+
+
 def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | None = None,
             costs: dict | None = None, poison_value: float = math.nan,
             recorder: OpRecorder | None = None) -> tuple[list, list, tuple[Code, str] | None]:
@@ -281,7 +326,9 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
     `costs` gets each step's seconds: "inputs_s" (to the device, and the pristine copies), "poison_s", "forward_s" (the
     forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host).
-    `recorder` records the ops of the forward alone (not this harness's copies and checks around it)."""
+    `recorder` records the ops of the forward alone (not this harness's copies and checks around it).
+    The forward runs at the reference's precision (declared_precision: TF32 off), which it must leave
+    as it found it (switched_precision)."""
     steps = Stopwatch()
 
     def lap(name: str) -> None:  # only where asked: the device waits for the step, so the lap is its time
@@ -297,10 +344,16 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     lap("inputs_s")
     poison(device, specs, poison_value)
     lap("poison_s")
-    with PoisonEmpty(poison_value), (recorder if recorder is not None else contextlib.nullcontext()):
-        out = flatten_outputs(model(*inputs))
-    synchronize(device)
+    with declared_precision() as declared:  # the reference's precision: set before, checked after
+        with PoisonEmpty(poison_value), (recorder if recorder is not None else contextlib.nullcontext()):
+            out = flatten_outputs(model(*inputs))
+        if recorder is not None:
+            recorder.consumed(out)  # what the forward returns is used
+        synchronize(device)
+        changed = precision_changes(declared)
     lap("forward_s")
+    if changed:
+        return [], inputs, switched_precision(changed)
     for index, o in enumerate(out):
         if type(o) is not torch.Tensor:
             return [], inputs, (Code.wrong_type,
@@ -338,7 +391,9 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     try:
-        candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate", names=reference_names(job))
+        names = reference_names(job)  # a run of the reference's source, where it takes names from it
+        settings = precision_flags()  # what its timed calls run with (PyTorch's defaults): its own code may not change it
+        candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate", names=names)
     except Exception as exc:  # import errors are the candidate's compile errors
         return {"status": "compile_error", "code": Code.import_failed.value,
                 "reason": f"compile: the candidate failed to import: {exc}".splitlines()[0]}
@@ -367,6 +422,10 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
                 "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"}
     synchronize(device)
     steps.lap("model_s")
+    changed = precision_changes(settings)
+    if changed:  # set at import or in __init__: its timed calls would run torch's ops in TF32
+        code, reason = switched_precision(changed, "its import or ModelNew(...)")
+        return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
     session = _CandidateSession(model, input_sets, counter, job, channel)
     session.pool_sets = pool_sets
     session.overhead.update(setup_s=steps.total(), **{f"setup_{k}": v for k, v in steps.laps.items()},
@@ -452,6 +511,7 @@ class _CandidateSession:
         """Every given input set once, outputs saved for the parent; returns a claim-level problem
         (aliasing, input writes, a tensor subclass) or None."""
         recorder = OpRecorder()
+        self.counter.recorder = recorder
         outputs = []
         first_forward: dict[str, float] = {}
         started = time.perf_counter()
@@ -459,6 +519,7 @@ class _CandidateSession:
             if index == 0:
                 out, self.buffers, found = run_one(self.model, inputs, self.device, self._specs(0), costs=first_forward,
                                                    recorder=recorder)
+                self.counter.recorder = None
                 self.channel.phase("trials")
                 self.costs["first_call_s"] = time.perf_counter() - started  # includes Triton's JIT compile
             else:
@@ -473,7 +534,8 @@ class _CandidateSession:
                   {"disturbed": [d is not None for d in disturbed]})
         # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
-        self.channel.send({"trials": {"ops": recorder.compute_ops(), **self.claims()}})
+        self.channel.send({"trials": {"ops": recorder.compute_ops(), "op_work": recorder.compute_work(),
+                                      "own_used": recorder.own_used, **self.claims()}})
         return None
 
     def rerun(self, asked: dict) -> dict[str, Any]:

@@ -139,6 +139,7 @@ class ReferenceJob:
         self.init_inputs = list(self.problem.get_init_inputs())
         self.model = self.problem.Model(*self.init_inputs).to(self.device)
         self.ops: dict[str, int] | None = None
+        self.work: dict[str, int] = {}  # each op's elements on the first set (OpRecorder.compute_work)
         self.full_baselines = bool(job.get("full_baselines"))
         self.tolerance = dict(getattr(self.problem, "TOLERANCE", None) or {})
         self._double: Any = None  # the model in float64, for round-off estimates (False: it can't be made)
@@ -213,7 +214,7 @@ class ReferenceJob:
                     recorder = OpRecorder()
                     with recorder:
                         out = self.model(*to_device(inputs, self.device))
-                    self.ops = recorder.compute_ops()
+                    self.ops, self.work = recorder.compute_ops(), recorder.compute_work()
                 else:
                     out = self.model(*to_device(inputs, self.device))
                 synchronize(self.device)
@@ -227,7 +228,7 @@ class ReferenceJob:
         save_sets(request["outputs_path"], outputs)
         with torch.no_grad():
             round_off = roundoff_errors(self.double_model, to_device(sets[0], self.device), outputs[0], self.tolerance, rng)
-        return {"sets": len(sets), "ops": self.ops, "warnings": degenerate_output_warnings(outputs[0]),
+        return {"sets": len(sets), "ops": self.ops, "op_work": self.work, "warnings": degenerate_output_warnings(outputs[0]),
                 "round_off": sorted(round_off.items())}
 
     def double_model(self) -> Any:

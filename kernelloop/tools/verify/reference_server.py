@@ -40,6 +40,7 @@ class Made:
     op_counts: dict[str, int]  # the reference's compute ops, with how many times each ran
     warnings: list[str]
     round_off: dict[int, float] = field(default_factory=dict)  # output -> its own error against float64 (degenerate)
+    op_work: dict[str, int] = field(default_factory=dict)  # each op's elements on the first set, copies as "copy"
 
     @property
     def ops(self) -> list[str]:
@@ -70,6 +71,7 @@ class ReferenceServer:
                                                 self.job_dir, timeout_s, timeout_s, phases=(),
                                                 file_size_bytes=TRUSTED_FILE_SIZE_BYTES)
         self.op_counts: dict[str, int] = {}
+        self.op_work: dict[str, int] = {}
         self.warnings: list[str] = []
         self._ahead: list[str] = []  # requests sent ahead whose answers have not been read yet
         self._answers: dict[str, dict] = {}
@@ -147,9 +149,10 @@ class ReferenceServer:
         outputs = self._outputs(outputs_path)
         if answer.get("ops"):
             self.op_counts = claimed_counts(answer["ops"])
+            self.op_work = claimed_counts(answer.get("op_work"))
         self.warnings = list(answer.get("warnings") or [])
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
-        return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off)
+        return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off, self.op_work)
 
     def regen(self, seed: int, calls: int, indices: list[int]) -> list[list]:
         """The reference's outputs on the values of calls `indices` of a timed request of `calls`

@@ -8,6 +8,7 @@ anything of the candidate's process but through those.
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import torch
@@ -33,6 +34,7 @@ class VerdictBase(TypedDict, total=False):
     own_kernels: list[str]
     library_ops: list[str]
     cost_s: dict[str, float]
+    tolerance: str  # the tolerance outputs are compared with, once they are (compare.tolerance_words)
 
 
 PHASE_WORDS = {"compile": "loading, compiling and making its first call", "trials": "running the trials",
@@ -68,31 +70,84 @@ def precheck(candidate: Candidate, device: str, static_checks: bool = True) -> V
 
 
 # -- on what the candidate's process says it ran (claims) ------------------------------------------
+COPY = "copy"  # _runtime.COPY: the elements the forward's copies moved (clone, copy_, _to_copy)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What each side's torch ops did, op by op, on the first input set (_runtime.OpRecorder):
+    elements of each op's inputs, the copies' elements as COPY; and, for the candidate, the elements of
+    its own kernels' outputs that its forward consumed or returned (what a copy it dropped may have
+    become). Empty where a side did not report it: the counts decide then."""
+
+    reference: dict[str, int] = field(default_factory=dict)
+    candidate: dict[str, int] = field(default_factory=dict)
+    own_used: int = 0
+
+    def left_to_torch(self, reference_counts: dict[str, int], candidate_counts: dict[str, int]) -> list[str] | None:
+        """The reference's ops torch still does in the candidate, or None where its own kernels took
+        at least one over. An op is taken over where torch runs it on fewer elements than the
+        reference does, and either at most half of them (a row sum whose own kernel leaves 5 partials
+        a row for torch.sum; a scan whose torch.cumsum scans 8 tile totals a row; a full reduction
+        beside a trivial kernel is not, nor one that leaves the kernel a row's last element) or in
+        fewer calls (a ResNet whose residual adds are its own still runs BatchNorm's add_; the count
+        rule before this one). A copy is taken over where its own kernels' outputs that the forward
+        used hold at least the elements torch no longer copies: a copy dropped for a view, beside a
+        kernel that only sets a flag, is still torch's (redteam3)."""
+        taken = []
+        for op, elements in self.reference.items():
+            done = self.candidate.get(op, 0)
+            if done >= elements:
+                continue
+            if op == COPY:
+                if self.own_used >= elements - done:
+                    taken.append(op)
+            elif 2 * done <= elements or candidate_counts.get(op, 0) < reference_counts.get(op, 0):
+                taken.append(op)
+        return None if taken else sorted(self.reference)
+
+
 def claimed_work(launches: list[str], reference_ops: list[str], candidate_ops: set[str], library_ops: list[str],
                  strict: bool, base: VerdictBase, reference_counts: dict[str, int] | None = None,
-                 candidate_counts: dict[str, int] | None = None) -> Verdict | None:
+                 candidate_counts: dict[str, int] | None = None, work: Work | None = None) -> Verdict | None:
     """Rules on what the candidate's process says it ran. Claims: it can only lie its way out of
     these, never into a speed it doesn't have (speed and correctness are decided by the parent).
-    It leaves the work to torch when it runs every compute op of the reference at least as many
-    times as the reference does (where counts are known): an op it runs fewer times is work its own
-    kernels took over (a ResNet whose 8 residual adds are its own still runs BatchNorm's add_).
-    Copies are not counted: a candidate that returns a view where the reference makes a copy would
-    read as having taken the copy over (redteam3), so a ShuffleNet whose own kernel does the
-    channel shuffle is still rejected.
-    Its op-agnostic companion: it also leaves the work to torch when its torch compute ops, whatever
-    their names, run at least as many times in all as the reference's do (issue 35: a kernel that
-    only copies, then clamp_min for the reference's relu; a gate kernel beside torch's softmax)."""
+    It leaves the work to torch when torch still does the reference's work: where each op's work is
+    known (Work: elements, on the shapes each side ran), no op (or copy) of the reference taken over
+    (Work.left_to_torch); else, where counts are known, every compute op at least as many times (a
+    ResNet whose 8 residual adds are its own still runs BatchNorm's add_); else every op by name.
+    Its op-agnostic companion: it also leaves the work to torch when its torch ops, whatever their
+    names, do at least as much in all as the reference's: elements where work is known (a copy
+    kernel, then clamp_min on every element for the reference's relu), else calls (issue 35: a gate
+    kernel beside torch's softmax)."""
     if not launches:
         return rejected(Code.no_own_kernel,
                         "no kernel of its own ran: forward launched no Triton kernel and no load_inline function",
                         **base)
     ref_counts, cand_counts = reference_counts or {}, candidate_counts or {}
-    if reference_ops and set(reference_ops) <= candidate_ops and (
+    by_work = work is not None and bool(work.reference) and bool(work.candidate or work.own_used)
+    if work is not None and by_work:
+        left = work.left_to_torch(ref_counts, cand_counts)
+        if left is not None:
+            return rejected(Code.leaves_work_to_torch,
+                            f"leaves the work to torch: torch still does the reference's work "
+                            f"({', '.join(f'{op} {work.reference[op]:,} elements' for op in left)}) beside its own "
+                            "kernels", **base)
+    elif reference_ops and set(reference_ops) <= candidate_ops and (
             not (ref_counts and cand_counts) or all(cand_counts.get(op, 0) >= count for op, count in ref_counts.items())):
         return rejected(Code.leaves_work_to_torch,
                         f"leaves the work to torch: every compute op of the reference ({', '.join(reference_ops)}) "
                         "still runs through torch beside its own kernels", **base)
-    reference_total, candidate_total = sum(ref_counts.values()), sum(cand_counts.values())
+    if work is not None and by_work:
+        reference_work, candidate_work = sum(work.reference.values()), sum(work.candidate.values())
+        if candidate_work >= reference_work:
+            return rejected(Code.leaves_work_to_torch,
+                            f"leaves the work to torch: torch still runs its ops ({', '.join(sorted(work.candidate))}) "
+                            f"on {candidate_work:,} elements beside its own kernels, as many as the reference's "
+                            f"{reference_work:,}: its own kernels take none of the reference's work over", **base)
+        reference_total = candidate_total = 0  # elements decided: calls say less
+    else:
+        reference_total, candidate_total = sum(ref_counts.values()), sum(cand_counts.values())
     if reference_total and candidate_total >= reference_total:
         return rejected(Code.leaves_work_to_torch,
                         f"leaves the work to torch: torch still runs {candidate_total} compute op call(s) "
@@ -113,7 +168,8 @@ def fresh_check_failed(found: str, claimed_code: object, trials: int, base: Verd
     code = code_of(claimed_code)
     if code is Code.wrong_type:
         return Verdict(status=Status.incorrect, reason=found[:300], code=code, trials=trials, **base)
-    return rejected(code if code in (Code.writes_to_inputs, Code.aliases_input) else Code.unknown, found[:300], **base)
+    kept = (Code.writes_to_inputs, Code.aliases_input, Code.changes_precision)
+    return rejected(code if code in kept else Code.unknown, found[:300], **base)
 
 
 # -- on the outputs, compared by the parent ---------------------------------------------------------
@@ -123,7 +179,8 @@ def incorrect(comparison: Comparison, reason: str, code: Code, trials: int, loca
     facts = describe(located) if located is not None else []
     feedback = reason + ("\n\nWhere it is wrong:\n" + "\n".join(f"- {line}" for line in facts) if facts else "")
     return Verdict(status=Status.incorrect, reason=reason, code=code, max_abs_err=comparison.max_abs_err,
-                   rel_err=comparison.rel_err, trials=trials, localisation=located, feedback=feedback, **base)
+                   rel_err=comparison.rel_err, trials=trials, localisation=located, feedback=feedback,
+                   tolerance_would_pass=list(comparison.would_pass), **base)
 
 
 def localised(comparisons: list[Comparison], outputs: list[list], refs: list[list], failed: int, tolerance: dict,

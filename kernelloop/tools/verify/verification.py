@@ -29,7 +29,7 @@ from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify import budget, interpreter_order, reruns, trusted_cache, verdicts
 from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_counts, claimed_names, claimed_seconds
-from kernelloop.tools.verify.compare import Comparison, compare_outputs
+from kernelloop.tools.verify.compare import Comparison, compare_outputs, tolerance_words
 from kernelloop.tools.verify.kept_baselines import KeptBaselines, with_cached_baselines
 from kernelloop.tools.verify.output_watch import OutputWatch
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer
@@ -231,10 +231,14 @@ class Verification:
         cand_ops = set(cand_counts)
         library_ops = sorted(set(made.ops) & cand_ops)
         base: VerdictBase = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
+        own_used = trials.get("own_used")
+        work = verdicts.Work(made.op_work, claimed_counts(trials.get("op_work")),
+                             own_used if isinstance(own_used, int) and not isinstance(own_used, bool) else 0)
         broken = verdicts.claimed_work(launches, made.ops, cand_ops, library_ops, self.verifier.strict, base,
-                                       reference_counts=made.op_counts, candidate_counts=cand_counts)
+                                       reference_counts=made.op_counts, candidate_counts=cand_counts, work=work)
         if broken is not None:
             return broken
+        base["tolerance"] = tolerance_words(made.outputs[0] if made.outputs else [], server.tolerance)
 
         self.clock.lap("candidate")
         loaded = load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on, extra_sets=2)
