@@ -18,6 +18,9 @@ import json
 import os
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from kernelloop import bounded_json
 from kernelloop.agents.records import Attempt
 from kernelloop.agents.turns import ModelTurn, RecordedTurn, messages_sha256
 from kernelloop.problem import Problem, sha256_text
@@ -144,12 +147,24 @@ def write_recording(path: Path, turns: list[RecordedTurn]) -> None:
 
 
 def read_recording(path: Path) -> list[RecordedTurn]:
-    """Turns from a recording file (.jsonl) or from a run directory's turns/ folder."""
+    """Turns from a recording file (.jsonl) or from a run directory's turns/ folder; a file too big,
+    nested too deep or not turns is one ValueError line (bounded_json.py), never a traceback."""
     path = Path(path)
     if path.is_dir():
         folder = path / "turns" if (path / "turns").is_dir() else path
-        return [RecordedTurn.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        return [_recorded_turn(bounded_json.load_file(p), str(p)) for p in sorted(folder.glob("*.json"))]
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such recording (a .jsonl file or a run directory)")
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    return [RecordedTurn.model_validate_json(line) for line in lines]
+    try:
+        text = bounded_json.read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise bounded_json.JsonBoundError(f"{path}: not UTF-8") from None
+    return [_recorded_turn(bounded_json.loads(line, f"{path} line {number}", len(line.encode())), f"{path} line {number}")
+            for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def _recorded_turn(raw: object, where: str) -> RecordedTurn:
+    try:
+        return RecordedTurn.model_validate(raw)
+    except ValidationError as exc:
+        raise bounded_json.JsonBoundError(f"{where}: not a recorded turn ({exc.errors()[0].get('msg', 'invalid')})") from None

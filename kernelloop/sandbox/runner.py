@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from kernelloop import progress
+from kernelloop import bounded_json, progress
 from kernelloop.sandbox import held_files
 from kernelloop.sandbox.isolation import (
     INPUTS_DIR,
@@ -44,7 +44,7 @@ from kernelloop.sandbox.isolation import (
 )
 from kernelloop.sandbox.redact import redact, secret_looking, secrets
 from kernelloop.sandbox.safe_io import JobDir, read_tail
-from kernelloop.sandbox.zygote import JOB_WRITABLE_ENV
+from kernelloop.sandbox.zygote import JOB_WRITABLE_ENV, MAX_MESSAGE_BYTES
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on
 PER_JOB_CACHE_ENV = "KERNELLOOP_PER_JOB_CACHE"  # set for a worker whose jobs each get their own compile caches
@@ -68,6 +68,8 @@ DISK_BUDGET_FILES = 4
 DISK_BUDGET_SLACK_BYTES = 2 << 30
 DISK_BUDGET_ENTRIES = 200_000
 DISK_CHECK_S = 0.5
+# The sandbox worker's lines wrap what a job sent as a JSON string: escaped, up to six bytes a byte.
+_WORKER_LINE_BYTES = 6 * MAX_MESSAGE_BYTES + 4096
 KILL_WAIT_S = 30.0  # after a kill, how long the zygote has to report the exit before the sandbox goes
 
 
@@ -269,7 +271,11 @@ class Zygote:
                     return None
                 self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        try:  # the worker's own line; what a job sent travels in it as a string, bounded again when read
+            message = bounded_json.loads(line, "the sandbox worker's line", _WORKER_LINE_BYTES, max_depth=8)
+        except bounded_json.JsonBoundError:
+            message = None
+        return message if isinstance(message, dict) else {}
 
     def _await_fork(self, timeout_s: float) -> dict | None:
         """The zygote's {"pid": N} for the job just sent. Lines before it are an earlier job's, come
@@ -514,10 +520,12 @@ class JobSession:
                 return None
             waited = time.monotonic()
             message = self.zygote._read_message(timeout_s=min(left, DISK_CHECK_S if timed else PHASE_POLL_S * 20))
+            over_budget = (not timed or message is None) and self._over_disk_budget()
+            # The disk budget's walks are the parent's time on this job too: they count against its limits.
             spent = time.monotonic() - waited
             self.phase_waited_s += spent
             self.waited_s += spent
-            if (not timed or message is None) and self._over_disk_budget():
+            if over_budget:
                 continue
             if message is None:
                 if not self.zygote.alive():  # the candidate killed its parent: end its group, report, restart later
@@ -528,7 +536,7 @@ class JobSession:
             if "exit" in message:
                 self.exit_code = message["exit"]
                 return None
-            parsed = _parse_job_line(message.get("msg"))
+            parsed = self._parse_job_line(message.get("msg"))
             if parsed is None:
                 continue
             if "phase" in parsed:
@@ -586,6 +594,15 @@ class JobSession:
             self.zygote._kill_sandbox()
         self.exit_code = message["exit"] if message else None
 
+    def _parse_job_line(self, line: object) -> dict | None:
+        """`_parse_job_line`, where a line over the bounds ends the job with a note (its verdict's)."""
+        try:
+            return _parse_job_line(line)
+        except bounded_json.JsonBoundError as exc:
+            self.notes.append(f"the job sent a line the parent refused to read ({exc}); it was killed")
+            self._kill_and_reap()
+            return None
+
     def finish(self, wait_s: float = 0.0) -> JobOutcome:
         """End the job and return what happened: wait up to `wait_s` for its result (after the
         parent told it it is done), then kill what is left of it."""
@@ -599,7 +616,7 @@ class JobSession:
             if "exit" in message:
                 self.exit_code = message["exit"]
             else:
-                parsed = _parse_job_line(message.get("msg"))
+                parsed = self._parse_job_line(message.get("msg"))
                 if parsed is not None and isinstance(parsed.get("result"), dict):
                     self.result = parsed["result"]
         if not self.ended:
@@ -614,12 +631,15 @@ class JobSession:
 
 def _parse_job_line(line: object) -> dict | None:
     """A line the job sent, if it is a JSON object; anything else is dropped (the candidate shares
-    the job's process and may write what it likes on the channel)."""
+    the job's process and may write what it likes on the channel). One over the bounds (longer than
+    a message may be, nested deeper than any the parent reads) raises JsonBoundError."""
     if not isinstance(line, str):
         return None
     try:
-        parsed = json.loads(line)
-    except ValueError:
+        parsed = bounded_json.loads(line, "a line the job sent", MAX_MESSAGE_BYTES)
+    except bounded_json.JsonBoundError as exc:
+        if exc.over_bounds:
+            raise
         return None
     return parsed if isinstance(parsed, dict) else None
 
