@@ -73,6 +73,26 @@ def test_a_flood_on_the_channel_kills_the_job_not_the_zygote(zygote):
     assert follow_up.finish().result == {"after": "garbage"}
 
 
+@pytest.mark.parametrize("behaviour", ["deep_at_done", "deep_now"])
+def test_a_line_nested_past_jsons_recursion_ends_that_job_and_the_worker_takes_the_next(zygote, behaviour):
+    """Issue 35 b: a helper thread answered "done" with 4,000 `[`; finish() parsed it unguarded, the
+    job was never killed and every later job of the worker failed. Now the line is refused by its
+    depth, the job is killed with a note, and the next job runs."""
+    session = start(zygote, behaviour)
+    if behaviour == "deep_at_done":
+        session.send({"done": {}})
+        outcome = session.finish(wait_s=10)
+    else:
+        assert session.receive() is None
+        outcome = session.finish()
+    assert not outcome.timed_out and outcome.result is None
+    assert any("refused to read" in note and "nested deeper" in note for note in outcome.notes), outcome.notes
+    assert zygote.alive()
+    follow_up = start(zygote, "echo")
+    follow_up.send({"done": {}})
+    assert follow_up.finish(wait_s=10).result == {"echoed": True}
+
+
 def test_lines_that_are_not_json_objects_are_dropped(zygote):
     session = start(zygote, "garbage")
     assert session.receive() is None
