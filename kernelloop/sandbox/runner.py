@@ -675,20 +675,55 @@ def open_log(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "ab")
 
 
+UNCLEAN = ".unclean"  # in a jobs root: the job dirs the parent could not remove, one name a line
+
+
 def new_job_dir(root: Path, prefix: str) -> Path:
+    """A fresh job dir under `root`; refused (SandboxError, one line) while `root` holds a job dir an
+    earlier job left that the parent still can't remove: nothing a job left carries to the next."""
     root.mkdir(parents=True, exist_ok=True)
+    _clean_leftovers(root)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
-def remove_job_dir(job_dir: Path) -> None:
-    """Remove a job's dir whatever the job left in it: coreutils' rm walks a tree of any depth
-    without recursion (shutil.rmtree recurses per level, and a job's 5000-deep chain of dirs made it
-    raise RecursionError out of verify()); never an error, never across a mount."""
-    try:
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(job_dir)], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError):
-        pass
+def _clean_leftovers(root: Path) -> None:
+    marker = root / UNCLEAN
+    if not marker.is_file():
+        return
+    with contextlib.suppress(OSError):
+        names = [name for name in marker.read_text(errors="replace").splitlines()[:1000] if name.strip()]
+        left = [name for name in dict.fromkeys(names)
+                if "/" not in name and name not in (".", "..") and not remove_job_dir(root / name, mark=False)]
+        if not left:
+            marker.unlink()
+            return
+        raise SandboxError(f"{root / left[0]}: a job dir the sandbox could not remove (an earlier job's); "
+                           f"remove it (and {marker}) before running here again")
+
+
+def remove_job_dir(job_dir: Path, mark: bool = True) -> bool:
+    """Remove a job's dir whatever the job left in it, and say whether it is gone. Modes first: a job
+    running as the parent's user (or as nobody, when the parent is root and drops to it) can leave
+    dirs of mode 000 or 0111, which `rm` can't list or empty; `chmod -R u+rwx` (coreutils: links
+    not followed, any depth) gives them back to their owner. Then coreutils' rm walks a tree of any
+    depth without recursion (shutil.rmtree recurses per level, and a job's 5000-deep chain of dirs
+    made it raise RecursionError out of verify()); never across a mount. A dir still there is
+    written into its root's UNCLEAN list (`mark`), and new_job_dir refuses that root until it is gone."""
+    for command in (["chmod", "-R", "u+rwx", "--", str(job_dir)], ["rm", "-rf", "--one-file-system", "--", str(job_dir)]):
+        if not os.path.lexists(job_dir):
+            break
+        if command[0] == "chmod" and os.path.islink(job_dir):  # chmod follows a link it is named; rm removes it
+            continue
+        try:
+            subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=120, check=False)
+        except (OSError, subprocess.SubprocessError):
+            pass
     if os.path.lexists(job_dir):
         with contextlib.suppress(Exception):  # noqa: BLE001 - cleaning up must never cost the verdict
             shutil.rmtree(job_dir, ignore_errors=True)
+    gone = not os.path.lexists(job_dir)
+    if not gone and mark:
+        with contextlib.suppress(OSError), open(job_dir.parent / UNCLEAN, "a") as handle:
+            handle.write(job_dir.name + "\n")
+    return gone
