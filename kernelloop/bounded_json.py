@@ -10,6 +10,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 MAX_DEPTH = 64  # far more than any record kernelloop writes nests
 MAX_FILE_BYTES = 64 << 20  # a user's JSON file (bench --list, a recording)
@@ -47,7 +48,7 @@ def depth(text: str, enough: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def loads(text: str | bytes, what: str, max_bytes: int, max_depth: int = MAX_DEPTH) -> object:
+def loads(text: str | bytes, what: str, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """`json.loads(text)` where it is at most `max_bytes` long and nests at most `max_depth` deep;
     else, or where it is not JSON, a JsonBoundError naming `what`."""
     if len(text) > max_bytes:
@@ -82,7 +83,7 @@ def read_bytes(path: str | Path, what: str = "", max_bytes: int = MAX_FILE_BYTES
         return handle.read(max_bytes + 1)
 
 
-def load_file(path: str | Path, what: str = "", max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH) -> object:
+def load_file(path: str | Path, what: str = "", max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH) -> Any:
     """A user-given JSON file, read by `read_bytes`, then `loads`: every failure is one JsonBoundError
     line naming the file."""
     where = what or str(path)

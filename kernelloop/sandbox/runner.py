@@ -555,17 +555,18 @@ class JobSession:
             return False
         self._disk_checked_at = time.monotonic()
         used = dir_usage(self.job_dir, DISK_BUDGET_ENTRIES)
-        if used is not None:
-            used += self._held_unlinked_bytes()
-        if used is not None and used <= self.disk_budget_bytes:
+        held = self._held_unlinked_bytes() if used is not None else 0
+        if used is not None and held is not None and used + held <= self.disk_budget_bytes:
             return False
-        self.notes.append(f"its job dir grew past its disk budget of {self.disk_budget_bytes >> 20} MiB"
-                          if used is not None else f"its job dir holds over {DISK_BUDGET_ENTRIES} entries")
+        self.notes.append(f"its job dir holds over {DISK_BUDGET_ENTRIES} entries" if used is None else
+                          f"its processes hold over {held_files.MAX_ENTRIES} descriptors and mappings" if held is None
+                          else f"its job dir grew past its disk budget of {self.disk_budget_bytes >> 20} MiB")
         self._kill_and_reap()
         return True
 
-    def _held_unlinked_bytes(self) -> int:
-        """What the job's processes hold in files they unlinked (held_files.py): no name shows them."""
+    def _held_unlinked_bytes(self) -> int | None:
+        """What the job's processes hold in files they unlinked (held_files.py): no name shows them;
+        None where they hold more descriptors and mappings than one walk reads."""
         if self._host_pid is None and self.pid is not None:
             self._host_pid = (held_files.host_pid(self.pid, self.zygote.proc.pid) if self.zygote.own_pid_namespace
                               else self.pid)
