@@ -470,6 +470,8 @@ class JobSession:
         # is killed as at a limit, and `cut_at_deadline` says why.
         self.deadline: float | None = None
         self.cut_at_deadline = False
+        # The first line past the parent's bounds (too long, nested too deep): the job was killed for it.
+        self.refused: bounded_json.JsonBoundError | None = None
 
     @property
     def _job_pid(self) -> int:
@@ -601,6 +603,7 @@ class JobSession:
             return _parse_job_line(line)
         except bounded_json.JsonBoundError as exc:
             self.notes.append(f"the job sent a line the parent refused to read ({exc}); it was killed")
+            self.refused = self.refused or exc
             self._kill_and_reap()
             return None
 

@@ -86,7 +86,7 @@ def test_a_line_nested_past_jsons_recursion_ends_that_job_and_the_worker_takes_t
     else:
         assert session.receive() is None
         outcome = session.finish()
-    assert not outcome.timed_out and outcome.result is None
+    assert not outcome.timed_out and outcome.result is None and session.refused is not None
     assert any("refused to read" in note and "nested deeper" in note for note in outcome.notes), outcome.notes
     assert zygote.alive()
     follow_up = start(zygote, "echo")
