@@ -46,8 +46,9 @@ def nesting(source: str, filename: str = "<unknown>") -> int:
     bracket inside it, and blocks add their indentation; f-strings are counted inside too. Raises
     TooDeep as soon as the count passes MAX_NESTING; a tokenizer error ends the count (the parser
     then gives the syntax error)."""
-    # One frame per open bracket: [operators in the current segment, deepest closed child segment].
-    frames: list[list[int]] = [[0, 0]]
+    # One frame per open bracket: [operators in the current segment, the deepest bracket closed in it,
+    # the deepest of its earlier segments]. Operators after a bracket nest it too: `f(...) + 1 + 1`.
+    frames: list[list[int]] = [[0, 0, 0]]
     indent = deepest = 0
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
     try:
@@ -59,16 +60,18 @@ def nesting(source: str, filename: str = "<unknown>") -> int:
             elif kind == tokenize.DEDENT:
                 indent -= 1
             elif kind == tokenize.NEWLINE:
-                frames = [[0, 0]]
+                frames = [[0, 0, 0]]
             elif kind == tokenize.OP and text in "([{":
                 frame[0] += 1  # a call, subscript or display nests what it holds
-                frames.append([0, 0])
+                frames.append([0, 0, 0])
             elif kind == tokenize.OP and text in ")]}":
                 if len(frames) > 1:
-                    inner = frames.pop()
-                    frames[-1][1] = max(frames[-1][1], inner[0] + inner[1])
-            elif kind == tokenize.OP and text in (",", ";"):
-                frames[0 if text == ";" else -1][:] = [0, 0] if text == ";" else [0, frame[1]]
+                    ops, child, best = frames.pop()
+                    frames[-1][1] = max(frames[-1][1], best, ops + child)
+            elif kind == tokenize.OP and text == ",":
+                frame[:] = [0, 0, max(frame[2], frame[0] + frame[1])]
+            elif kind == tokenize.OP and text == ";":
+                frames = [[0, 0, 0]]
             elif (kind == tokenize.OP and text not in _FLAT_OPS) or (
                     kind == tokenize.NAME and text in _EXPRESSION_KEYWORDS):
                 frame[0] += 1

@@ -70,3 +70,22 @@ def test_a_reply_holding_a_deep_chain_is_no_candidate_not_a_crash_of_the_coder()
 def test_null_bytes_are_a_syntax_error():
     with pytest.raises(SyntaxError):
         source_ast.parse("x = 1\0\n")
+
+
+def test_operators_after_a_closed_bracket_still_count():
+    """Depth split between a bracket's contents and the operators after it, and between commas: each
+    piece under the bound, the whole thousands deep; the count takes the deepest path, not the last."""
+    source = "not " * 150 + "x"
+    for _ in range(60):
+        source = "f(" + source + ", 1)" + " + 1" * 150
+    with pytest.raises(source_ast.TooDeep):
+        source_ast.parse("value = " + source + "\n")
+
+
+def test_real_code_stays_far_under_the_bound():
+    from pathlib import Path
+
+    import kernelloop
+
+    deepest = max(source_ast.nesting(path.read_text()) for path in Path(kernelloop.__file__).parent.rglob("*.py"))
+    assert deepest < source_ast.MAX_NESTING // 3
