@@ -89,3 +89,17 @@ def test_real_code_stays_far_under_the_bound():
 
     deepest = max(source_ast.nesting(path.read_text()) for path in Path(kernelloop.__file__).parent.rglob("*.py"))
     assert deepest < source_ast.MAX_NESTING // 3
+
+
+def test_kernelloop_verify_gives_a_verdict_line_not_a_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelloop.cli._app import app
+    from tests.graph.scripted import FIXED_KERNEL, RELU_PROBLEM
+
+    deep = tmp_path / "deep.py"
+    deep.write_text(FIXED_KERNEL + "\n" + CHAINS["not"](10_000))
+    result = CliRunner().invoke(app, ["verify", str(deep), "-p", str(RELU_PROBLEM), "--device", "cpu",
+                                      "--workspace", str(tmp_path / "ws")])
+    assert isinstance(result.exception, SystemExit) and "compile_error" in result.output
+    assert "nested too" in result.output and "Traceback" not in result.output
