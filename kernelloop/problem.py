@@ -80,6 +80,8 @@ def import_source(path: Path, module_name: str, source: str | None = None,
         # (workers.py), and a cached one is matched by the file's mtime in seconds and its size alone,
         # so a problem edited within the same second at the same size would run as it was before.
         text = source if source is not None else read_source_bytes(Path(path), "Python")
+        # compile's parser recurses per level of nesting: counted on the tokens first (source_ast.py)
+        source_ast.check_nesting(text if isinstance(text, str) else text.decode("utf-8", "replace"), str(path))
         code = compile(text, str(path), "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - the loader's exec_module without its bytecode cache
     except SyntaxError as exc:

@@ -85,6 +85,11 @@ class Settings(BaseSettings):
                                    description="seconds for a candidate's compile phase (a duration)")
     run_timeout: float = Field(default=defaults.RUN_TIMEOUT_S, gt=0,
                                description="seconds for a candidate's run phase (a duration)")
+    # Serving (the MCP server, the LangChain tools): what a caller, an agent, may choose.
+    allow_caller_endpoints: bool = Field(default=False, description="let a server's caller choose base_url; such an "
+                                                                    "endpoint never gets api_key")
+    file_roots: str | None = Field(default=None, description="dirs a server's caller may name files in, joined by "
+                                                             f"'{os.pathsep}'; unset: the current directory")
 
     @field_validator("budget", "compile_timeout", "run_timeout", mode="before")
     @classmethod
@@ -99,6 +104,12 @@ class Settings(BaseSettings):
     @property
     def workspace(self) -> Workspace:
         return Workspace(root=self.home.expanduser().resolve(), checkpoints=self.checkpoints)
+
+    @property
+    def caller_file_roots(self) -> list[Path]:
+        """Where a server's caller may name files (links followed): `file_roots`, else the current directory."""
+        given = [part for part in (self.file_roots or "").split(os.pathsep) if part.strip()]
+        return [Path(part).expanduser().resolve() for part in given or [os.getcwd()]]
 
     @property
     def limits(self) -> JobLimits:

@@ -15,7 +15,6 @@ a file of its own (`write_candidates`), so it is judged, hashed and resumed like
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import subprocess
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from kernelloop import bounded_json
 from kernelloop.evals.records import COMPILE, EAGER, Claim
 from kernelloop.problem import Problem, ProblemError, parse_subset
 from kernelloop.records import Status
@@ -118,14 +118,15 @@ def _solution(raw: object, where: str) -> ListedSolution:
 def read_list(path: Path, level: int | None = None, subset: str | None = None) -> list[ListedSolution]:
     """The solutions of a list file, optionally of one level and some problem numbers; ids must be unique."""
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProblemError(f"{path}: can't read the list: {exc}") from None
-    try:
-        entries = json.loads(text) if text.lstrip().startswith("[") else [
-            json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise ProblemError(f"{path}: not JSON or JSONL: {exc}") from None
+        data = bounded_json.read_bytes(path)
+        text = data.decode("utf-8")
+        entries = bounded_json.loads(text, str(path), len(data)) if text.lstrip().startswith("[") else [
+            bounded_json.loads(line, f"{path} line {number}", len(line.encode()))
+            for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    except UnicodeDecodeError:
+        raise ProblemError(f"{path}: can't read the list: not UTF-8") from None
+    except bounded_json.JsonBoundError as exc:  # too big, too deep, not JSON or JSONL: one line
+        raise ProblemError(f"can't read the list: {exc}") from None
     solutions = [_solution(entry, f"{path} entry {index}") for index, entry in enumerate(entries)]
     names = [s.filename for s in solutions]
     repeated = sorted({n for n in names if names.count(n) > 1})

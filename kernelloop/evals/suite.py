@@ -214,6 +214,11 @@ def _score(verifier: VerifierLike, job: Job) -> list[Attempt]:
             continue
         try:
             verdict = verifier.verify(candidate, job.problem)
+        except (RecursionError, MemoryError) as exc:  # a parse that got past its bounds: this item's, not the run's
+            attempts.append(Attempt(elapsed_s=time.perf_counter() - started, candidate_path=path,
+                                    candidate_sha256=candidate.sha256,
+                                    note=f"candidate not judged: {type(exc).__name__} in the verifier"))
+            continue
         except ProblemError as exc:
             # The problem's own failure (its reference could not be made): the verdicts so far
             # stay, and the candidates left would only fail the same way, so they are not run.

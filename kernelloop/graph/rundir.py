@@ -23,8 +23,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from kernelloop import bounded_json
 from kernelloop.agents.records import Attempt
 from kernelloop.agents.turns import ModelTurn, RecordedTurn, messages_sha256
 from kernelloop.problem import Problem, sha256_text
@@ -208,24 +209,43 @@ def write_recording(path: Path, turns: list[RecordedTurn], header: RecordingHead
 
 def load_recording(path: Path) -> Recording:
     """A recording file (.jsonl: an optional header line, then turns) or a run directory's turns/ folder
-    (its problem.py gives the header)."""
+    (its problem.py gives the header); a file too big, nested too deep or not turns is one ValueError
+    line (bounded_json.py), never a traceback."""
     path = Path(path)
     if path.is_dir():
         folder = path / "turns" if (path / "turns").is_dir() else path
-        turns = [RecordedTurn.model_validate_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        turns = [_recorded_turn(bounded_json.load_file(p), str(p)) for p in sorted(folder.glob("*.json"))]
         source = path / "problem.py"
         header = RecordingHeader(problem=path.name, problem_sha256=sha256_text(source.read_text())) \
             if source.is_file() else None
         return Recording(header=header, turns=turns)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such recording (a .jsonl file or a run directory)")
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = bounded_json.read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise bounded_json.JsonBoundError(f"{path}: not UTF-8") from None
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     header = None
-    if lines and '"problem_sha256"' in lines[0] and '"turn"' not in lines[0]:
-        header = RecordingHeader.model_validate_json(lines.pop(0))
-    return Recording(header=header, turns=[RecordedTurn.model_validate_json(line) for line in lines])
+    if lines and '"problem_sha256"' in lines[0][1] and '"turn"' not in lines[0][1]:
+        number, line = lines.pop(0)
+        where = f"{path} line {number}"
+        try:
+            header = RecordingHeader.model_validate(bounded_json.loads(line, where, len(line.encode())))
+        except ValidationError as exc:
+            raise bounded_json.JsonBoundError(f"{where}: not a recording's header ({exc.errors()[0].get('msg', 'invalid')})") from None
+    turns = [_recorded_turn(bounded_json.loads(line, f"{path} line {number}", len(line.encode())), f"{path} line {number}")
+             for number, line in lines]
+    return Recording(header=header, turns=turns)
 
 
 def read_recording(path: Path) -> list[RecordedTurn]:
     """The turns of a recording file (.jsonl) or of a run directory's turns/ folder."""
     return load_recording(path).turns
+
+
+def _recorded_turn(raw: object, where: str) -> RecordedTurn:
+    try:
+        return RecordedTurn.model_validate(raw)
+    except ValidationError as exc:
+        raise bounded_json.JsonBoundError(f"{where}: not a recorded turn ({exc.errors()[0].get('msg', 'invalid')})") from None

@@ -63,17 +63,26 @@ def host_pid(namespace_pid: int, sandbox_root: int) -> int | None:
     return None
 
 
-def unlinked_bytes(pids: Iterable[int], device: int) -> int:
+MAX_ENTRIES = 50_000  # descriptors and mappings read in one walk: a torch and CUDA job holds a few thousand
+
+
+def unlinked_bytes(pids: Iterable[int], device: int, max_entries: int = MAX_ENTRIES) -> int | None:
     """Blocks, in bytes, of the unlinked regular files on `device` that these processes hold open
-    or mapped; each file counted once."""
+    or mapped; each file counted once. None once more than `max_entries` descriptors and mappings
+    were seen (a job that opens 20,000 in each of 40 processes made the walk take seconds a tick):
+    the walk's work is bounded, whatever the job holds."""
     held: dict[int, int] = {}
+    seen = 0
     for pid in pids:
         for table in ("fd", "map_files"):
             with contextlib.suppress(OSError):
-                entries = os.listdir(f"/proc/{pid}/{table}")
-                for entry in entries:
-                    with contextlib.suppress(OSError):
-                        info = os.stat(f"/proc/{pid}/{table}/{entry}")  # the file itself, name or not
-                        if stat.S_ISREG(info.st_mode) and info.st_nlink == 0 and info.st_dev == device:
-                            held[info.st_ino] = info.st_blocks * 512
+                with os.scandir(f"/proc/{pid}/{table}") as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen > max_entries:
+                            return None
+                        with contextlib.suppress(OSError):
+                            info = os.stat(entry.path)  # the file itself, name or not
+                            if stat.S_ISREG(info.st_mode) and info.st_nlink == 0 and info.st_dev == device:
+                                held[info.st_ino] = info.st_blocks * 512
     return sum(held.values())

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from kernelloop import progress
+from kernelloop import bounded_json, progress
 from kernelloop.sandbox import held_files
 from kernelloop.sandbox.isolation import (
     INPUTS_DIR,
@@ -44,7 +44,7 @@ from kernelloop.sandbox.isolation import (
 )
 from kernelloop.sandbox.redact import redact, secret_looking, secrets
 from kernelloop.sandbox.safe_io import JobDir, read_tail
-from kernelloop.sandbox.zygote import JOB_WRITABLE_ENV
+from kernelloop.sandbox.zygote import JOB_WRITABLE_ENV, MAX_MESSAGE_BYTES
 
 DEVICE_ENV = "KERNELLOOP_DEVICE"  # set for the zygote: the device its jobs run on
 PER_JOB_CACHE_ENV = "KERNELLOOP_PER_JOB_CACHE"  # set for a worker whose jobs each get their own compile caches
@@ -68,6 +68,8 @@ DISK_BUDGET_FILES = 4
 DISK_BUDGET_SLACK_BYTES = 2 << 30
 DISK_BUDGET_ENTRIES = 200_000
 DISK_CHECK_S = 0.5
+# The sandbox worker's lines wrap what a job sent as a JSON string: escaped, up to six bytes a byte.
+_WORKER_LINE_BYTES = 6 * MAX_MESSAGE_BYTES + 4096
 KILL_WAIT_S = 30.0  # after a kill, how long the zygote has to report the exit before the sandbox goes
 
 
@@ -269,7 +271,11 @@ class Zygote:
                     return None
                 self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        try:  # the worker's own line; what a job sent travels in it as a string, bounded again when read
+            message = bounded_json.loads(line, "the sandbox worker's line", _WORKER_LINE_BYTES, max_depth=8)
+        except bounded_json.JsonBoundError:
+            message = None
+        return message if isinstance(message, dict) else {}
 
     def _await_fork(self, timeout_s: float) -> dict | None:
         """The zygote's {"pid": N} for the job just sent. Lines before it are an earlier job's, come
@@ -464,6 +470,8 @@ class JobSession:
         # is killed as at a limit, and `cut_at_deadline` says why.
         self.deadline: float | None = None
         self.cut_at_deadline = False
+        # The first line past the parent's bounds (too long, nested too deep): the job was killed for it.
+        self.refused: bounded_json.JsonBoundError | None = None
 
     @property
     def _job_pid(self) -> int:
@@ -514,10 +522,12 @@ class JobSession:
                 return None
             waited = time.monotonic()
             message = self.zygote._read_message(timeout_s=min(left, DISK_CHECK_S if timed else PHASE_POLL_S * 20))
+            over_budget = (not timed or message is None) and self._over_disk_budget()
+            # The disk budget's walks are the parent's time on this job too: they count against its limits.
             spent = time.monotonic() - waited
             self.phase_waited_s += spent
             self.waited_s += spent
-            if (not timed or message is None) and self._over_disk_budget():
+            if over_budget:
                 continue
             if message is None:
                 if not self.zygote.alive():  # the candidate killed its parent: end its group, report, restart later
@@ -528,7 +538,7 @@ class JobSession:
             if "exit" in message:
                 self.exit_code = message["exit"]
                 return None
-            parsed = _parse_job_line(message.get("msg"))
+            parsed = self._parse_job_line(message.get("msg"))
             if parsed is None:
                 continue
             if "phase" in parsed:
@@ -547,17 +557,18 @@ class JobSession:
             return False
         self._disk_checked_at = time.monotonic()
         used = dir_usage(self.job_dir, DISK_BUDGET_ENTRIES)
-        if used is not None:
-            used += self._held_unlinked_bytes()
-        if used is not None and used <= self.disk_budget_bytes:
+        held = self._held_unlinked_bytes() if used is not None else 0
+        if used is not None and held is not None and used + held <= self.disk_budget_bytes:
             return False
-        self.notes.append(f"its job dir grew past its disk budget of {self.disk_budget_bytes >> 20} MiB"
-                          if used is not None else f"its job dir holds over {DISK_BUDGET_ENTRIES} entries")
+        self.notes.append(f"its job dir holds over {DISK_BUDGET_ENTRIES} entries" if used is None else
+                          f"its processes hold over {held_files.MAX_ENTRIES} descriptors and mappings" if held is None
+                          else f"its job dir grew past its disk budget of {self.disk_budget_bytes >> 20} MiB")
         self._kill_and_reap()
         return True
 
-    def _held_unlinked_bytes(self) -> int:
-        """What the job's processes hold in files they unlinked (held_files.py): no name shows them."""
+    def _held_unlinked_bytes(self) -> int | None:
+        """What the job's processes hold in files they unlinked (held_files.py): no name shows them;
+        None where they hold more descriptors and mappings than one walk reads."""
         if self._host_pid is None and self.pid is not None:
             self._host_pid = (held_files.host_pid(self.pid, self.zygote.proc.pid) if self.zygote.own_pid_namespace
                               else self.pid)
@@ -586,6 +597,16 @@ class JobSession:
             self.zygote._kill_sandbox()
         self.exit_code = message["exit"] if message else None
 
+    def _parse_job_line(self, line: object) -> dict | None:
+        """`_parse_job_line`, where a line over the bounds ends the job with a note (its verdict's)."""
+        try:
+            return _parse_job_line(line)
+        except bounded_json.JsonBoundError as exc:
+            self.notes.append(f"the job sent a line the parent refused to read ({exc}); it was killed")
+            self.refused = self.refused or exc
+            self._kill_and_reap()
+            return None
+
     def finish(self, wait_s: float = 0.0) -> JobOutcome:
         """End the job and return what happened: wait up to `wait_s` for its result (after the
         parent told it it is done), then kill what is left of it."""
@@ -599,7 +620,7 @@ class JobSession:
             if "exit" in message:
                 self.exit_code = message["exit"]
             else:
-                parsed = _parse_job_line(message.get("msg"))
+                parsed = self._parse_job_line(message.get("msg"))
                 if parsed is not None and isinstance(parsed.get("result"), dict):
                     self.result = parsed["result"]
         if not self.ended:
@@ -614,12 +635,15 @@ class JobSession:
 
 def _parse_job_line(line: object) -> dict | None:
     """A line the job sent, if it is a JSON object; anything else is dropped (the candidate shares
-    the job's process and may write what it likes on the channel)."""
+    the job's process and may write what it likes on the channel). One over the bounds (longer than
+    a message may be, nested deeper than any the parent reads) raises JsonBoundError."""
     if not isinstance(line, str):
         return None
     try:
-        parsed = json.loads(line)
-    except ValueError:
+        parsed = bounded_json.loads(line, "a line the job sent", MAX_MESSAGE_BYTES)
+    except bounded_json.JsonBoundError as exc:
+        if exc.over_bounds:
+            raise
         return None
     return parsed if isinstance(parsed, dict) else None
 
@@ -655,20 +679,55 @@ def open_log(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "ab")
 
 
+UNCLEAN = ".unclean"  # in a jobs root: the job dirs the parent could not remove, one name a line
+
+
 def new_job_dir(root: Path, prefix: str) -> Path:
+    """A fresh job dir under `root`; refused (SandboxError, one line) while `root` holds a job dir an
+    earlier job left that the parent still can't remove: nothing a job left carries to the next."""
     root.mkdir(parents=True, exist_ok=True)
+    _clean_leftovers(root)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
 
-def remove_job_dir(job_dir: Path) -> None:
-    """Remove a job's dir whatever the job left in it: coreutils' rm walks a tree of any depth
-    without recursion (shutil.rmtree recurses per level, and a job's 5000-deep chain of dirs made it
-    raise RecursionError out of verify()); never an error, never across a mount."""
-    try:
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(job_dir)], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError):
-        pass
+def _clean_leftovers(root: Path) -> None:
+    marker = root / UNCLEAN
+    if not marker.is_file():
+        return
+    with contextlib.suppress(OSError):
+        names = [name for name in marker.read_text(errors="replace").splitlines()[:1000] if name.strip()]
+        left = [name for name in dict.fromkeys(names)
+                if "/" not in name and name not in (".", "..") and not remove_job_dir(root / name, mark=False)]
+        if not left:
+            marker.unlink()
+            return
+        raise SandboxError(f"{root / left[0]}: a job dir the sandbox could not remove (an earlier job's); "
+                           f"remove it (and {marker}) before running here again")
+
+
+def remove_job_dir(job_dir: Path, mark: bool = True) -> bool:
+    """Remove a job's dir whatever the job left in it, and say whether it is gone. Modes first: a job
+    running as the parent's user (or as nobody, when the parent is root and drops to it) can leave
+    dirs of mode 000 or 0111, which `rm` can't list or empty; `chmod -R u+rwx` (coreutils: links
+    not followed, any depth) gives them back to their owner. Then coreutils' rm walks a tree of any
+    depth without recursion (shutil.rmtree recurses per level, and a job's 5000-deep chain of dirs
+    made it raise RecursionError out of verify()); never across a mount. A dir still there is
+    written into its root's UNCLEAN list (`mark`), and new_job_dir refuses that root until it is gone."""
+    for command in (["chmod", "-R", "u+rwx", "--", str(job_dir)], ["rm", "-rf", "--one-file-system", "--", str(job_dir)]):
+        if not os.path.lexists(job_dir):
+            break
+        if command[0] == "chmod" and os.path.islink(job_dir):  # chmod follows a link it is named; rm removes it
+            continue
+        try:
+            subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=120, check=False)
+        except (OSError, subprocess.SubprocessError):
+            pass
     if os.path.lexists(job_dir):
         with contextlib.suppress(Exception):  # noqa: BLE001 - cleaning up must never cost the verdict
             shutil.rmtree(job_dir, ignore_errors=True)
+    gone = not os.path.lexists(job_dir)
+    if not gone and mark:
+        with contextlib.suppress(OSError), open(job_dir.parent / UNCLEAN, "a") as handle:
+            handle.write(job_dir.name + "\n")
+    return gone

@@ -49,6 +49,7 @@ import threading
 import time
 from pathlib import Path
 
+from kernelloop import bounded_json
 from kernelloop.sandbox import confine
 from kernelloop.sandbox.isolation import apply_child_limits
 
@@ -361,8 +362,8 @@ class _Standby:
             buffer += chunk
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
-                with contextlib.suppress(ValueError):
-                    reports.update(json.loads(line))
+                with contextlib.suppress(ValueError, TypeError):  # JsonBoundError is a ValueError
+                    reports.update(bounded_json.loads(line, "the job's box report", MAX_MESSAGE_BYTES, max_depth=16))
         os.close(self._box_fd)
         return _box_summary(reports, self.pid)
 

@@ -33,7 +33,7 @@ from kernelloop.graph.report import RunSummary
 from kernelloop.problem import Candidate, Problem, ProblemError
 from kernelloop.records import Code, Profile, Status, Verdict
 from kernelloop.safe_text import one_line
-from kernelloop.serve.requests import RequestError, SolveRequest, VerdictBrief, VerifyRequest
+from kernelloop.serve.requests import RequestError, SolveRequest, VerdictBrief, VerifyRequest, caller_endpoint, confined
 from kernelloop.serve.runs import RunCancelled
 from kernelloop.starts import StartRecord
 from kernelloop.tools.verify.pool import VerifierPool, local_devices, make_pool
@@ -183,7 +183,9 @@ class JobManager:
         """Start an optimization run; returns at once. chat_client: instead of the endpoint settings."""
         from kernelloop.serve.runs import new_thread_id  # lazy: solve imports the whole agent loop
 
+        request = confined(request, self.settings)  # its files in the operator's dirs, links followed
         chosen = override(self.settings, **request.flags())  # the call's knobs over the server's settings
+        chosen = caller_endpoint(self.settings, chosen, request.base_url)  # the server's key to its endpoint only
         problem = request.load_problem(self.workspace)
         start = request.load_start(problem)  # an unreadable start kernel is the caller's error now, too
         if chat_client is None and not (chosen.base_url and chosen.model):
@@ -196,6 +198,7 @@ class JobManager:
 
     def start_verify(self, request: VerifyRequest, profile: bool = False) -> JobStatus:
         """Verify (with timing and the profiler's summary on a GPU) in the background; returns at once."""
+        request = confined(request, self.settings)
         problem, candidate = request.load_problem(self.workspace), request.load_candidate()
         pool = self.pool(override(self.settings, device=request.device).device, request.strict)
         job = self._new_job("profile" if profile else "verify", problem)

@@ -28,6 +28,7 @@ from kernelloop.serve.requests import (
     VerdictBrief,
     VerifyRequest,
     bad_input_as,
+    confined,
     validation_line,
 )
 from kernelloop.serve.runs import RunOptions, SolveResult, run_solve
@@ -60,7 +61,7 @@ def verify_tool(*, device: str | None = None, strict: bool = False, verifier: Ve
 
     @bad_input_as(ToolException)
     def verify_kernel(detail: bool = False, **args: Any) -> tuple[dict, Verdict]:
-        request = VerifyRequest(**args, device=chosen.device, strict=strict)
+        request = confined(VerifyRequest(**args, device=chosen.device, strict=strict), chosen)
         problem, candidate = request.load_problem(space), request.load_candidate()
         if verifier is not None:
             verdict = verifier.verify(candidate, problem)
@@ -90,7 +91,7 @@ def solve_tool(*, device: str | None = None, verifier: VerifierLike | None = Non
 
     @bad_input_as(ToolException)
     def optimize_kernel(**args: Any) -> tuple[dict, SolveResult]:
-        request = SolveSettings(**args)
+        request = confined(SolveSettings(**args), chosen)  # its files in the operator's dirs, links followed
         problem = request.load_problem(chosen.workspace.root)
         result = run_solve(problem, override(chosen, **request.flags()), RunOptions(
             hints=request.hints, start=request.load_start(problem), verifier=verifier, chat_client=chat_client))

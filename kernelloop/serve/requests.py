@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from kernelloop import safe_text
 from kernelloop.config import defaults
 from kernelloop.config.fields import FROM_SETTINGS, Backend, BudgetS, Candidates, MaxRounds, StartChoice, StartSource, TargetChoice  # noqa: F401  (re-exported)
+from kernelloop.config.settings import Settings
 from kernelloop.config.units import Device
 from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
 from kernelloop.records import Code, Status, Verdict
@@ -221,3 +223,50 @@ def _path_or_text(path: str | None, text: str | None, name: str, what: str, inbo
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
     return target
+
+
+# --------------------------------------------------------------------------- what a server's caller may choose
+# A server's caller (an MCP client, an agent given the LangChain tools) is trusted with its own problem and
+# kernels, never with the server's key or the server's files: the operator's settings say where it may
+# name files (file_roots) and whether it may choose the endpoint (allow_caller_endpoints).
+
+_FILE_FIELDS = ("problem_path", "candidate_path", "start")
+RequestT = TypeVar("RequestT", bound=BaseModel)
+
+
+def confined(request: RequestT, settings: Settings) -> RequestT:
+    """`request` with each file it names resolved (links followed) and checked to lie in one of the
+    settings' caller_file_roots and outside the server's workspace; else a one-line RequestError."""
+    roots, workspace = settings.caller_file_roots, settings.workspace.root
+    updates: dict[str, str] = {}
+    for name in _FILE_FIELDS:
+        value = getattr(request, name, None)
+        if value is None or (name == "start" and value == defaults.START_AUTO):
+            continue
+        try:
+            resolved = Path(value).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL in the name
+            raise RequestError(f"{name} {safe_text.one_line(str(value), 300)!r}: can't be resolved") from None
+        if resolved == Path(resolved.anchor) or not any(resolved.is_relative_to(root) and root != Path(root.anchor)
+                                                        for root in roots):
+            raise RequestError(f"{name} {safe_text.one_line(str(value), 300)!r} is outside the dirs this server "
+                               f"lets a caller name ({os.pathsep.join(map(str, roots))}; the operator's file_roots "
+                               f"setting); give its text instead ({name.removesuffix('_path')}_source)")
+        if resolved.is_relative_to(workspace):
+            raise RequestError(f"{name} {safe_text.one_line(str(value), 300)!r} is in the server's workspace, "
+                               "which a caller may not read; give its text instead")
+        updates[name] = str(resolved)
+    return request.model_copy(update=updates)
+
+
+def caller_endpoint(server: Settings, chosen: Settings, base_url: str | None) -> Settings:
+    """`chosen` (the server's settings with a call's knobs over them) where the call named `base_url`:
+    the server's own endpoint gets the server's key; another is refused unless the operator allows
+    callers' endpoints (allow_caller_endpoints), and then it gets no key at all."""
+    if base_url is None or base_url == server.base_url:
+        return chosen
+    if not server.allow_caller_endpoints:
+        raise RequestError("base_url: this server's endpoint is its operator's (allow_caller_endpoints is off); "
+                           "leave base_url out")
+    no_key = Settings.model_fields["api_key"].default
+    return chosen.model_copy(update={"api_key": no_key if isinstance(no_key, SecretStr) else SecretStr("not-needed")})

@@ -12,6 +12,7 @@ that entry point alone (say, the job limits have no MCP argument: env and files 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ VALUES: dict[str, tuple[str, Any]] = {
     "checkpoints": ("sqlite:///drift.db", "sqlite:///drift.db"),
     "compile_timeout": ("77", 77.0),
     "run_timeout": ("88", 88.0),
+    # what a server's caller may choose: the working dir (where served_problem() puts PROBLEM) and one more
+    "file_roots": (f".{os.pathsep}/srv/kl", f".{os.pathsep}/srv/kl"),
+    "allow_caller_endpoints": ("true", True),
 }
 SOURCES = ["flag", "env", "dotenv", "toml"]
 
@@ -52,7 +56,8 @@ def from_settings(chosen) -> dict[str, Any]:
     return {"budget": chosen.budget, "candidates": chosen.candidates, "target": chosen.target,
             "max_rounds": chosen.max_rounds, "device": str(chosen.device), "home": chosen.workspace.root,
             "checkpoints": chosen.checkpoints, "compile_timeout": chosen.compile_timeout,
-            "run_timeout": chosen.run_timeout}
+            "run_timeout": chosen.run_timeout, "file_roots": chosen.file_roots,
+            "allow_caller_endpoints": chosen.allow_caller_endpoints}
 
 
 class FakePool:
@@ -127,6 +132,14 @@ TOOL_ARGS = {"budget": ("budget_s", lambda v: 420.0), "candidates": ("candidates
 SERVER_FLAGS = {"device": "device", "home": "workspace"}  # `kernelloop mcp --device --workspace`
 
 
+def served_problem() -> Path:
+    """PROBLEM copied into the working dir: a server's caller names files only in the operator's dirs
+    (file_roots; unset: the working dir)."""
+    copy = Path.cwd() / PROBLEM.name
+    shutil.copy(PROBLEM, copy)
+    return copy
+
+
 def mcp_start(flags: dict[str, str], monkeypatch) -> dict[str, Any]:
     from kernelloop.serve.mcp import build_server, open_manager
 
@@ -143,7 +156,7 @@ def mcp_start(flags: dict[str, str], monkeypatch) -> dict[str, Any]:
 
     async def session(manager) -> None:
         async with Client(build_server(manager)) as client:
-            started = await client.call_tool("start_optimization", {"problem_path": str(PROBLEM), **args})
+            started = await client.call_tool("start_optimization", {"problem_path": str(served_problem()), **args})
             assert not started.is_error, started.content
             job_id = started.structured_content["job_id"]
         manager.wait(job_id, 60)
@@ -169,7 +182,7 @@ def langchain_optimize(flags: dict[str, str], monkeypatch) -> dict[str, Any]:
     def call():
         _, optimize = kernelloop_tools(chat_client=object(), **made)
         with pytest.raises(Captured):
-            optimize.func(problem_path=str(PROBLEM), **args)
+            optimize.func(problem_path=str(served_problem()), **args)
     return _solved(monkeypatch, call)
 
 

@@ -46,6 +46,13 @@ def run_job(job: dict) -> int:
             os.write(job["channel_fds"][1], line)
         channel.result({"after": "garbage"})
         return 0
+    if behaviour in ("deep_at_done", "deep_now"):  # a line 4,000 brackets deep (json's decoder recurses), then hang
+        if behaviour == "deep_at_done":
+            channel.phase("trials")
+            while "done" not in channel.receive():
+                pass
+        os.write(job["channel_fds"][1], b"[" * 4000 + b"\n")
+        time.sleep(3600)
     if behaviour == "cache":  # what an earlier job left in the compile cache, then leave something
         marker = os.path.join(os.environ["TRITON_CACHE_DIR"], "planted")
         found = os.path.exists(marker)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,82 @@ def test_a_flood_on_the_channel_kills_the_job_not_the_zygote(zygote):
     follow_up = start(zygote, "garbage")
     assert follow_up.receive() is None  # nothing but garbage and its result
     assert follow_up.finish().result == {"after": "garbage"}
+
+
+@pytest.mark.parametrize("behaviour", ["deep_at_done", "deep_now"])
+def test_a_line_nested_past_jsons_recursion_ends_that_job_and_the_worker_takes_the_next(zygote, behaviour):
+    """Issue 35 b: a helper thread answered "done" with 4,000 `[`; finish() parsed it unguarded, the
+    job was never killed and every later job of the worker failed. Now the line is refused by its
+    depth, the job is killed with a note, and the next job runs."""
+    session = start(zygote, behaviour)
+    if behaviour == "deep_at_done":
+        session.send({"done": {}})
+        outcome = session.finish(wait_s=10)
+    else:
+        assert session.receive() is None
+        outcome = session.finish()
+    assert not outcome.timed_out and outcome.result is None and session.refused is not None
+    assert any("refused to read" in note and "nested deeper" in note for note in outcome.notes), outcome.notes
+    assert zygote.alive()
+    follow_up = start(zygote, "echo")
+    follow_up.send({"done": {}})
+    assert follow_up.finish(wait_s=10).result == {"echoed": True}
+
+
+class _Clock:
+    """The runner's `time`, with seconds the test adds: a walk that "takes" 100 s, on no real clock."""
+
+    def __init__(self):
+        self.added = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.added
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_the_parents_walks_of_a_job_count_against_its_limit(zygote, monkeypatch):
+    """Issue 35 c: the disk budget's walks were not counted, so a 75 s limit ran 388 s while the
+    verdict said 75. A walk that takes 100 s (by the clock the runner reads) ends a 10 s job at
+    once; on main it was walked every half second until ten real seconds had passed."""
+    from kernelloop.sandbox import runner
+    from kernelloop.tools.verify.verdicts import ended_early
+
+    session = start(zygote, "jump", limit_s=10.0)
+    session.disk_budget_bytes = 1 << 30
+    clock, walks = _Clock(), []
+
+    def slow_walk(path, max_entries):
+        walks.append(path)
+        clock.added += 100.0
+        return 0
+
+    monkeypatch.setattr(runner, "time", clock)
+    monkeypatch.setattr(runner, "dir_usage", slow_walk)
+    monkeypatch.setattr(runner.JobSession, "_held_unlinked_bytes", lambda self: 0)
+    assert session.receive() is None
+    outcome = session.finish()
+    assert outcome.timed_out and len(walks) == 1
+    verdict = ended_early(outcome, "cpu", 10.0, 10.0)
+    assert "timed out after 10s" in verdict.reason and f"{outcome.elapsed_s:.0f}s after the job started" in verdict.reason
+    assert outcome.elapsed_s >= 100  # the verdict states the time the job really had
+
+
+def test_a_walk_that_costs_nothing_leaves_the_job_its_limit(zygote, monkeypatch):
+    """The honest twin: walks of no cost never end an echoing job early."""
+    from kernelloop.sandbox import runner
+
+    session = start(zygote, "echo")
+    session.disk_budget_bytes = 1 << 30
+    walks = []
+    monkeypatch.setattr(runner, "dir_usage", lambda path, max_entries: walks.append(path) or 0)
+    for number in range(3):
+        assert session.send({"ping": number})
+        assert session.receive() == {"echo": {"ping": number}}
+    session.send({"done": {}})
+    outcome = session.finish(wait_s=10)
+    assert outcome.result == {"echoed": True} and not outcome.timed_out and walks
 
 
 def test_lines_that_are_not_json_objects_are_dropped(zygote):

@@ -63,3 +63,29 @@ def test_a_process_outside_the_tree_is_not_counted(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+MANY = r"""
+import os, sys, time
+fds = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(int(sys.argv[2]))]
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_walk_stops_after_its_entries_however_many_a_job_holds(tmp_path, monkeypatch):
+    """Issue 35 c: 40 processes holding 20,000 descriptors each made one walk take seconds. The walk
+    reads at most max_entries descriptors and mappings, then says it could not finish (None); a
+    process holding a few is still walked whole."""
+    (tmp_path / "f").write_text("x")
+    holder = subprocess.Popen([sys.executable, "-c", MANY, str(tmp_path / "f"), "600"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        device, stats, real_stat = os.stat(tmp_path).st_dev, [], os.stat
+        monkeypatch.setattr(held_files.os, "stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k))
+        assert held_files.unlinked_bytes([holder.pid], device, max_entries=200) is None
+        assert len(stats) <= 200  # bounded work, not a bounded time
+        assert held_files.unlinked_bytes([holder.pid], device, max_entries=100_000) == 0  # the honest twin: walked whole
+    finally:
+        holder.kill()
+        holder.wait()

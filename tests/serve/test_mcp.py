@@ -65,11 +65,15 @@ class Timed:
 def test_stdio_server_verifies_and_runs_a_job_to_completion(tmp_path):
     script = [Reply(PLAN_REPLY, reasoning="memory-bound", when=asks("You are planning")),
               Reply(coder_reply(FIXED_KERNEL), reasoning="tl.maximum", when=asks("candidate 1 of 1 in round 1"))]
-    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), args=[
-        "-m", "kernelloop.cli", "mcp", "--device", "cpu", "--workspace", str(tmp_path / "ws")])
+    def params(fake: FakeOpenAIServer) -> StdioServerParameters:
+        # The endpoint is the server's (its operator's settings), and its key goes to it alone.
+        env = {**os.environ, "KERNELLOOP_BASE_URL": fake.url, "KERNELLOOP_API_KEY": "sk-operator"}
+        env.pop("KERNELLOOP_ALLOW_CALLER_ENDPOINTS", None)
+        return StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=env, args=[
+            "-m", "kernelloop.cli", "mcp", "--device", "cpu", "--workspace", str(tmp_path / "ws")])
 
     async def session(fake: FakeOpenAIServer) -> tuple[list, dict, dict, dict, float]:
-        async with Client(params) as client:
+        async with Client(params(fake)) as client:
             listed = (await client.list_tools()).tools
             call = Timed(client)
             verify = await call("verify_kernel", problem_path=str(SHIPPED_PROBLEM),
@@ -81,9 +85,10 @@ def test_stdio_server_verifies_and_runs_a_job_to_completion(tmp_path):
             finished = await call.until_finished(started["job_id"])
             return listed, verified, started, finished, call.slowest_s
 
-    with FakeOpenAIServer(script, model="fake-r1") as fake:
+    with FakeOpenAIServer(script, model="fake-r1", api_key="sk-operator") as fake:
         listed, verified, started, finished, slowest_s = anyio.run(session, fake)
         assert fake.unserved == 0
+        assert {r.headers.get("authorization") for r in fake.chat_requests} == {"Bearer sk-operator"}
 
     assert {tool.name for tool in listed} == TOOLS
     assert all(tool.output_schema and tool.output_schema["type"] == "object" for tool in listed)
@@ -170,7 +175,7 @@ def test_bad_input_is_a_one_line_tool_error(tmp_path):
             assert all(result.is_error for result in results)
             return [result.content[0].text for result in results]
 
-    with JobManager(tmp_path, pool_factory=ScriptedPool) as manager:
+    with JobManager(tmp_path / "ws", pool_factory=ScriptedPool) as manager:
         messages = anyio.run(session, manager)
         assert manager.jobs() == []
     assert "KERNELLOOP_BASE_URL" in messages[0]

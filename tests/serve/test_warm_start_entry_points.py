@@ -103,7 +103,7 @@ def call(tool, **args) -> ToolMessage:
 
 def test_langchain_optimize_kernel_takes_a_start_kernel_as_text_or_a_file(tmp_path):
     client = ScriptedChatClient()
-    tool = solve_tool(verifier=ScriptedVerifier(speedup=1.5), workspace=tmp_path, chat_client=client)
+    tool = solve_tool(verifier=ScriptedVerifier(speedup=1.5), workspace=tmp_path / "ws", chat_client=client)
     message = call(tool, problem_path=str(RELU_PROBLEM), start_source=FIXED_KERNEL)
     result = message.artifact
     assert isinstance(result, SolveResult) and (result.best_id, result.attempts, result.stop_reason) == (

@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from kernelloop import bounded_json
+
 MAGIC = b"KLSETS01"
 FORMAT = 1
 PREFIX = struct.Struct("<8sQ")  # the magic, then the header's length
@@ -214,7 +216,10 @@ def _plan(file: io.BufferedIOBase, limit: int, expected: list[list] | None) -> t
         raise TensorFileError("not a tensor-set file (wrong magic bytes)")
     if header_len > min(MAX_HEADER_BYTES, available - PREFIX.size):
         raise TensorFileError(f"header length {header_len} does not fit the file ({available} bytes)")
-    header = json.loads(file.read(header_len).decode("utf-8"))
+    try:  # each value a node of a few levels: bounded before json's recursion sees it
+        header = bounded_json.loads(file.read(header_len), "the header", MAX_HEADER_BYTES, max_depth=4 * MAX_DEPTH + 8)
+    except bounded_json.JsonBoundError as exc:
+        raise TensorFileError(f"not a readable tensor-set file ({exc})") from None
     specs, data_bytes = _check_header(header)
     if PREFIX.size + header_len + data_bytes != available:
         raise TensorFileError(f"the file is {available} bytes, but its header describes "

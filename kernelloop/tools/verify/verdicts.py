@@ -310,7 +310,9 @@ def ended_early(outcome: JobOutcome, device: str, compile_timeout_s: float, run_
     base: VerdictBase = {"device": device}
     if outcome.timed_out:
         limit = compile_timeout_s if outcome.phase == "compile" else run_timeout_s
-        reason = f"timed out after {limit:g}s while {phase_words(outcome.phase)} (killed with its process group)"
+        # The real time too: a limit counts the parent's waits and walks, the job's wall clock all of it.
+        reason = (f"timed out after {limit:g}s while {phase_words(outcome.phase)} (killed with its process group "
+                  f"{outcome.elapsed_s:.0f}s after the job started)")
         return Verdict(status=Status.timeout, reason=reason, code=Code.timed_out, **base)
     result = outcome.result if isinstance(outcome.result, dict) else {}
     status = result.get("status")

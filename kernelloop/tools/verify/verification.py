@@ -166,6 +166,8 @@ class Verification:
                 watch.stop()  # before the job's group is gone: no kill outlives it
             session.send({"done": {}})  # its last report (claims, costs), if it still follows the protocol
             outcome = session.finish(wait_s=DONE_WAIT_S)
+        if session.refused is not None:  # a line built to break the parent's reader: judged, never a crash
+            verdict = verdicts.judging_failed(session.refused, self.device)
         flood = watch.found() if watch is not None else None
         if flood is not None:  # however it would have ended otherwise
             verdict = verdicts.output_flood(flood, self.device)
