@@ -41,8 +41,8 @@ def ctrl_c_reaches_children():
 
 def _bench(suite: Path, cands: Path, out: Path, workspace: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_")}
-    # the hanging candidate ends at this limit wherever it falls in the order of jobs
-    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", KERNELLOOP_COMPILE_TIMEOUT="30s")
+    # a hanging candidate ends at this limit: well past the honest one's verification on a loaded machine
+    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", KERNELLOOP_COMPILE_TIMEOUT="150s")
     return subprocess.Popen([str(VENV_BIN / "kernelloop"), "bench", str(suite), "--candidates", str(cands), "--device", "cpu",
                              "--out", str(out), "--workspace", str(workspace), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -57,21 +57,23 @@ def _records(out: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_finished_and_the_report_and_a_rerun_goes_on(tmp_path, ctrl_c_reaches_children):
+    """The honest candidate's problem comes first (bench takes problems by name here); the hanging one
+    is under way, on its own worker or next, when the honest one's verdict is written, and that is when
+    Ctrl-C lands. One hanging candidate only: each spins a core, and this machine may have two."""
     suite, cands = tmp_path / "suite", tmp_path / "cands"
     suite.mkdir()
     cands.mkdir()
     shutil.copy(FIXTURES / "problems" / "relu.py", suite / "a_relu.py")
-    shutil.copy(FIXTURES / "problems" / "scale_add.py", suite / "b_scale_add.py")
     shutil.copy(FIXTURES / "honest" / "relu_triton.py", cands / "a_relu.py")
+    shutil.copy(FIXTURES / "problems" / "scale_add.py", suite / "b_scale_add.py")
     (cands / "b_scale_add.py").write_text(HANGS)
     out, workspace = tmp_path / "out", tmp_path / "ws"
 
     bench = _bench(suite, cands, out, workspace)
     try:
-        while not _records(out):  # the first verdict written (either candidate's: the order is the bench's)
+        while not any(r["problem"] == "a_relu" for r in _records(out)):
             assert bench.poll() is None, bench.communicate()
             time.sleep(0.2)
-        time.sleep(1.0)  # the other candidate's job under way
         interrupted = time.monotonic()
         bench.send_signal(signal.SIGINT)
         stdout, stderr = bench.communicate(timeout=120)  # a hang guard, not the measure: that is printed below
@@ -82,13 +84,12 @@ def test_ctrl_c_keeps_what_finished_and_the_report_and_a_rerun_goes_on(tmp_path,
     print(f"bench stopped {stopped_s:.1f} s after SIGINT")
     assert bench.returncode == 130, (stdout, stderr)
     assert "interrupted: 1 job(s) left" in stdout and "Traceback" not in stderr, (stdout, stderr)
-    kept = _records(out)
-    assert len(kept) == 1 and kept[0]["status"] in ("correct", "timeout")  # what finished, as it finished
+    assert [(r["problem"], r["status"]) for r in _records(out)] == [("a_relu", "correct")]  # what finished, as it finished
     assert (out / "report.md").is_file() and "interrupted (Ctrl-C)" in (out / "report.md").read_text()
 
+    (cands / "b_scale_add.py").write_text((FIXTURES / "honest" / "relu_triton.py").read_text())  # the wrong kernel now: quick
     rerun = _bench(suite, cands, out, workspace)
     stdout, stderr = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, (stdout, stderr)
     assert "resumed: 1 job(s) already in" in stdout
-    by_problem = {r["problem"]: r["status"] for r in _records(out)}
-    assert by_problem == {"a_relu": "correct", "b_scale_add": "timeout"}
+    assert sorted(r["problem"] for r in _records(out)) == ["a_relu", "b_scale_add"]

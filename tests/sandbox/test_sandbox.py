@@ -212,7 +212,8 @@ def test_an_earlier_jobs_late_lines_do_not_break_the_next_job(verifier, problem)
     honest, _ = judged(verifier, problem, candidate())
     assert honest.status is Status.correct, honest.reason
     verifier.zygote._buffer += b'{"exit": 0}\n'
-    wrong, _ = judged(verifier, problem, candidate(body="x = x * 0"))
+    doubled = Candidate(KERNEL.replace("BODY", "pass").replace("SHIFT", "0").replace("tl.maximum(", "2.0 * tl.maximum("))
+    wrong, _ = judged(verifier, problem, doubled)  # its own kernel wrong
     assert wrong.status is Status.incorrect, wrong.reason
 
 

@@ -112,7 +112,7 @@ def test_the_cli_prints_the_phases_and_records_the_process_around_them(tmp_path)
     assert "phase" in done.stderr and "candidate" in done.stderr and "wall" in done.stderr
     # As the program it ends without the interpreter's teardown (cli/_program.finish): the exit code
     # and the whole verdict still come out, for a wrong candidate too.
-    candidate.write_text(KERNEL.replace("PRELUDE", "").replace("return y", "return y * 2"))
+    candidate.write_text(KERNEL.replace("PRELUDE", "").replace("tl.maximum(", "2.0 * tl.maximum("))  # its own kernel wrong
     done = subprocess.run([sys.executable, "-m", "kernelloop.cli", "verify", str(candidate), "--problem", str(problem.path),
                            "--device", "cpu", "--workspace", str(tmp_path / "ws"), "--json", "--no-progress"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -355,10 +355,11 @@ def test_check_fits_names_the_size_the_limit_and_what_to_do():
     assert huge is not None and "need 160.0 GB" in huge
     # a donor set for fresh values (a problem with one trial set) costs its inputs in both processes
     assert budget.device_bytes(1 << 30, 2, 8 * GB, donor_sets=1) - budget.device_bytes(1 << 30, 2, 8 * GB) == 16 * GB
-    # a back-to-back window's sets (one per call, up to 1 GiB, in both processes); none past 1 GiB a set
-    assert budget.window_bytes(4 << 10, 1 << 20) == 2 * 1024 * (1 << 20)
-    assert budget.window_bytes(1 << 30, 1 << 20) == 2 * (1 << 20)  # one output fits the kept copies: one set
-    assert budget.window_bytes(1 << 20, 2 << 30) == 0
+    # a back-to-back window's sets (one per call, up to 2 GiB, in both processes, no more than a request
+    # keeps outputs of: 2,000 calls, 2 GiB); none past 2 GiB a set
+    assert budget.window_bytes(4 << 10, 1 << 20) == 2 * 2000 * (1 << 20)
+    assert budget.window_bytes(1 << 30, 1 << 20) == 2 * 2 * (1 << 20)  # two outputs fit the kept copies: two sets
+    assert budget.window_bytes(1 << 20, 3 << 30) == 0
     small_host = budget.check_fits(8_590_000_000, 2, h100, 16 * GB)
     assert small_host is not None and small_host.endswith("run on a machine with more memory")
 
