@@ -418,40 +418,40 @@ def run_jobs(jobs: Sequence[Job], open_work: WorkFactory, devices: Sequence[str]
         alive, done, units = len(workers), 0, 0
         interrupted = False
         try:
-            while done < len(jobs):
-                if deadline is not None and not stop.is_set() and time.monotonic() >= deadline:
-                    stop.set()  # no job starts now; the running ones finish and are written
-                try:
-                    item: _Finished | None = finished.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                except KeyboardInterrupt:
-                    interrupted = True
-                    break
-                if item is None:
-                    alive -= 1
-                    if alive == 0:
-                        if stop.is_set():
-                            break
-                        raise BenchStopped(f"bench workers stopped with {len(jobs) - done} problem(s) left")
-                    continue
-                if item.error is not None:
-                    where = f" on {item.job.problem.name}" if item.job else ""
-                    raise BenchStopped(f"bench stopped{where}: {type(item.error).__name__}: {item.error}") from item.error
-                append_records(results_path, item.records)
-                new_records.extend(item.records)
-                done += 1
-                units += job_units(item.job) if item.job else 1
-                now = time.monotonic()
-                state = pace(units, already_done, total, now - started)
-                last = item.records[-1]
-                outcome = last.status.value if last.status else one_line(last.reason, 40)
-                # The bar's text is read as markup: a name or a reason from elsewhere goes in escaped.
-                progress.update(task, completed=state.done, rate=state.rate_text, eta=state.eta_text,
-                                description=escape(one_line(f"{suite}: {last.problem} {outcome}", 200)))
-                if log_lines and now - last_line >= LOG_EVERY_S:
-                    stderr.print(escape(f"{suite}: {state.line()}"), highlight=False)
-                    last_line = now
+            try:
+                while done < len(jobs):
+                    if deadline is not None and not stop.is_set() and time.monotonic() >= deadline:
+                        stop.set()  # no job starts now; the running ones finish and are written
+                    try:
+                        item: _Finished | None = finished.get(timeout=1.0)
+                    except queue.Empty:
+                        continue
+                    if item is None:
+                        alive -= 1
+                        if alive == 0:
+                            if stop.is_set():
+                                break
+                            raise BenchStopped(f"bench workers stopped with {len(jobs) - done} problem(s) left")
+                        continue
+                    if item.error is not None:
+                        where = f" on {item.job.problem.name}" if item.job else ""
+                        raise BenchStopped(f"bench stopped{where}: {type(item.error).__name__}: {item.error}") from item.error
+                    append_records(results_path, item.records)
+                    new_records.extend(item.records)
+                    done += 1
+                    units += job_units(item.job) if item.job else 1
+                    now = time.monotonic()
+                    state = pace(units, already_done, total, now - started)
+                    last = item.records[-1]
+                    outcome = last.status.value if last.status else one_line(last.reason, 40)
+                    # The bar's text is read as markup: a name or a reason from elsewhere goes in escaped.
+                    progress.update(task, completed=state.done, rate=state.rate_text, eta=state.eta_text,
+                                    description=escape(one_line(f"{suite}: {last.problem} {outcome}", 200)))
+                    if log_lines and now - last_line >= LOG_EVERY_S:
+                        stderr.print(escape(f"{suite}: {state.line()}"), highlight=False)
+                        last_line = now
+            except KeyboardInterrupt:  # Ctrl-C: what finished is written; the running jobs are abandoned
+                interrupted = True
             if log_lines:  # the last word, also when the time cap ended the run
                 state = pace(units, already_done, total, time.monotonic() - started)
                 stopped = ", interrupted" if interrupted else ", stopped at the time cap" if done < len(jobs) else ""
@@ -532,7 +532,9 @@ def run_bench(suite: Suite, mode: Mode, open_work: WorkFactory, devices: Sequenc
                    already_done=sum(job_units(job) for job in jobs if job.key in done_keys),
                    stop_after_s=stop_after_s)
     keys = {job.key for job in jobs}
-    records = [r for r in [*previous, *run.records] if r.job_key in keys]
+    # Interrupted, a record may be in results.jsonl that the run did not get to count: the file says what finished.
+    finished = read_records(results_path) if run.interrupted else [*previous, *run.records]
+    records = [r for r in finished if r.job_key in keys]
     notes = [*_notes(records, match, len(jobs) - len(todo), suite.subset),
              *(f"problem file not read: {line}" for line in suite.skipped)]
     if run.left:
