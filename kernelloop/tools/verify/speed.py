@@ -64,7 +64,8 @@ class SpeedJudgement:
 
 
 def summarize_all(samples_ms: dict[str, list[float]], host_ms: dict[str, float] | None = None,
-                  host_windows_ms: dict[str, list[float]] | None = None, replayed: list[str] | None = None) -> dict[str, TimingStats]:
+                  host_windows_ms: dict[str, list[float]] | None = None, replayed: list[str] | None = None,
+                  window_calls: dict[str, int] | None = None) -> dict[str, TimingStats]:
     """Each callable's event statistics, with its back-to-back time where the parent measured one,
     and the time the clock rule counts (`counted_ms`, `clock`)."""
     stats = {name: timing.summarize(name, values) for name, values in samples_ms.items()}
@@ -77,6 +78,7 @@ def summarize_all(samples_ms: dict[str, list[float]], host_ms: dict[str, float] 
     for item in stats.values():
         item.counted_ms, item.clock = counted_ms(item.median_ms, item.host_ms_per_call)
         item.replayed = item.name in (replayed or [])
+        item.window_calls = (window_calls or {}).get(item.name)
     return stats
 
 
@@ -109,13 +111,16 @@ def clock_line(stats: dict[str, TimingStats], names: list[str]) -> str:
             continue
         host = item.host_ms_per_call
         how = "replayed as a graph" if item.replayed else "back to back"
+        if item.window_calls:
+            how += f", {item.window_calls} calls a window"
         if host is None:
             parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call (no back-to-back window)")
         elif item.clock == PARENT_CLOCK:
             parts.append(f"{name} by the parent's clock, {item.counted_ms:.4f} ms a call {how} "
                          f"(its events {item.median_ms:.4f} ms)")
         else:
-            parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call ({how} {host:.4f} ms)")
+            parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call ({how}{':' if item.window_calls else ''} "
+                         f"{host:.4f} ms)")
     return "; ".join(parts)
 
 
@@ -149,7 +154,8 @@ def _noise(samples: dict[str, list[float]], stats: dict[str, TimingStats]) -> fl
 def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     measurement = Measurement.model_validate(measured)
     samples = measurement.samples_ms
-    stats = summarize_all(samples, measurement.host_ms_per_call, measurement.host_windows_ms, measurement.replayed)
+    stats = summarize_all(samples, measurement.host_ms_per_call, measurement.host_windows_ms, measurement.replayed,
+                          measurement.window_calls)
     stats[CANDIDATE].overhead_ms_per_call = measurement.fresh_overhead_ms_per_call
     candidate = samples[CANDIDATE]
     speedups = _speedups(samples, stats)
