@@ -144,24 +144,6 @@ def test_a_window_gives_each_call_a_set_of_its_own_with_the_values_the_trusted_j
     assert window.inputs(0)[0]._version > version and not torch.equal(window.inputs(0)[0], request.values(0)[0])
 
 
-def test_a_replayed_windows_later_replays_get_the_values_of_calls_of_their_own():
-    """A window whose graph replays 3 times over 5 sets: before each replay the sets get the next 5 calls'
-    values, bit for bit what regen remakes for those calls, and never one another replay had."""
-    torch.manual_seed(6)
-    pool = Pool(sets_of(*[[torch.randn(9, 33), torch.arange(3)] for _ in range(3)]))
-    window = Window(pool, 5, pool.buffers())
-    request = pool.request(21, 15)
-    seen = []
-    for replay in range(3):
-        assert window.prepare(request, replay * 5, 5) == 5
-        for k in range(5):
-            assert all(torch.equal(a, b) for a, b in zip(window.sets[k], request.values(replay * 5 + k)))
-            seen.append(window.sets[k][0].clone())
-    assert len({tuple(t.flatten().tolist()) for t in seen}) == 15  # no call's values repeat another's
-    with pytest.raises(IndexError):
-        request.fill_rows(window.stacks, 5, 11)  # past the request's calls
-
-
 def test_a_window_of_more_calls_than_sets_refills_the_set_a_call_reuses():
     torch.manual_seed(3)
     pool = Pool(sets_of(*[[torch.randn(8, 16)] for _ in range(2)]))

@@ -167,22 +167,22 @@ class FreshRequest:
                 mask = mask.triu() | mask.triu(1).mT
             _mix(mask, sets[a][i], sets[b][i], self.pool.within[i], target)
 
-    def fill_rows(self, stacks: dict[int, torch.Tensor], count: int, first: int = 0) -> None:
-        """Calls first..first+count-1's values at once: row k of `stacks[i]` ((rows, numel) views, one
-        per floating input) gets what `fill` writes into input i for call first+k, bit for bit (the
-        same masks and pairs), in a few launches per input for all of them."""
+    def fill_rows(self, stacks: dict[int, torch.Tensor], count: int) -> None:
+        """Calls 0..count-1's values at once: row k of `stacks[i]` ((rows, numel) views, one per
+        floating input) gets what `fill` writes into input i for call k, bit for bit (the same
+        masks and pairs), in a few launches per input for all of them."""
         if self.bits is None:
             return
-        if not (0 < count and 0 <= first and first + count <= self.calls):
-            raise IndexError(f"calls {first}..{first + count - 1} of a request of {self.calls}")
+        if not 0 < count <= self.calls:
+            raise IndexError(f"{count} calls of a request of {self.calls}")
         sets, device = self.pool.sets, self.pool.device
         groups: dict[tuple[int, ...], list[int]] = {}
-        for row in range(count):
-            groups.setdefault(self.pairs[first + row], []).append(row)
+        for call in range(count):
+            groups.setdefault(self.pairs[call], []).append(call)
         for i, offset in zip(self.pool.floats, self.pool.offsets):
             shape, rows = sets[0][i].shape, stacks[i]
             numel = rows.shape[1]
-            masks = self.bits.as_strided((count, numel), (MASK_STRIDE, 1), offset + first * MASK_STRIDE).view(torch.bool)
+            masks = self.bits.as_strided((count, numel), (MASK_STRIDE, 1), offset).view(torch.bool)
             chunk = max(1, WINDOW_CHUNK_BYTES // max(1, numel * rows.element_size()))
             for (a, b), calls in groups.items():
                 for start in range(0, len(calls), chunk):
@@ -263,16 +263,13 @@ class Window:
             for k in range(self.fit):
                 self.sets[k][i] = flat[k * pad:k * pad + numel].view(like.shape)
 
-    def prepare(self, request: FreshRequest, first: int = 0, calls: int | None = None) -> int:
-        """Write the values of `request`'s calls from `first` on (`calls` of them, or all), each into a
-        set of its own as far as the sets go (a replayed window's later replays take the calls after
-        the first replay's); how many sets."""
-        left = request.calls - first if calls is None else min(calls, request.calls - first)
-        self.request, self.count = request, max(1, min(left, self.fit))
+    def prepare(self, request: FreshRequest) -> int:
+        """Write the values of the first calls of `request`, each into a set of its own; how many sets."""
+        self.request, self.count = request, max(1, min(request.calls, self.fit))
         if not self.stacks:
-            request.fill(self.sets[0], first)
+            request.fill(self.sets[0], 0)
         else:
-            request.fill_rows(self.stacks, self.count, first)
+            request.fill_rows(self.stacks, self.count)
         return self.count
 
     def inputs(self, call: int) -> list:

@@ -652,14 +652,12 @@ class _CandidateSession:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
         calls, window, kept, model = int(request["calls"]), self.window, self.kept, self.model
         repeats = replays(request)
-        request_values = self.pool.request(int(request["seed"]), calls * repeats)
-        window.prepare(request_values, 0, calls)
+        request_values = self.pool.request(int(request["seed"]), calls)
+        window.prepare(request_values)
         synchronize(self.device)
         kept.reset()
         if request.get("graph") and self.graph is not None and self.graph.calls == calls:
-            outputs = self.graph.replay()
-            for replay in range(1, repeats):  # each replay on the values of calls of its own
-                window.prepare(request_values, replay * calls, calls)
+            for _ in range(repeats):
                 outputs = self.graph.replay()
             synchronize(self.device)
             if not kept.keep_all(outputs):
@@ -674,7 +672,7 @@ class _CandidateSession:
                 return {"digests": kept.digests()}
             # Its calls return one buffer: from now on each is kept as it ends, and this window again.
             self.keep_each_call = True
-            window.prepare(request_values, 0, calls)
+            window.prepare(request_values)
             kept.reset()
         back_to_back(lambda call: model(*window.inputs(call)), calls, calls,
                      after=lambda output: kept.keep(flatten_outputs(output)))

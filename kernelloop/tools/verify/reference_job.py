@@ -345,23 +345,15 @@ class ReferenceJob:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
         calls, window, kept, like = int(request["calls"]), self.window, self.kept, self.like
         repeats = replays(request)
-        values = self.pool.request(int(request["seed"]), calls * repeats)
-        window.prepare(values, 0, calls)
+        window.prepare(self.pool.request(int(request["seed"]), calls))
         synchronize(self.device)
         kept.reset()
         held: list = []
         graph = self.graphs.get(name) if request.get("graph") else None
         if graph is not None and graph.calls == calls:
-            held = graph.replay()
-            for replay in range(1, repeats):  # each replay on the values of calls of its own
-                window.prepare(values, replay * calls, calls)
+            for _ in range(repeats):
                 held = graph.replay()
             synchronize(self.device)
-        elif repeats > 1 and name == "overhead":  # a replayed side's window less its replays: the sets written as often
-            for replay in range(1, repeats):
-                window.prepare(values, replay * calls, calls)
-            synchronize(self.device)
-            held = [like] * calls
         elif repeats > 1:
             raise RuntimeError("a window of several replays was asked for without a captured graph")
         elif name != "overhead":

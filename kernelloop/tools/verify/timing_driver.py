@@ -36,14 +36,15 @@ overhead window and FIXED_ALLOWANCE_MS, over the calls (noise only ever adds to 
 are sized to WINDOW_MS of work; MIN_WINDOWS of them, more (to MAX_WINDOWS) while the parent's clock
 would outweigh a side's events (speed.counted_ms weighs one against the other).
 
-Replayed, a window's calls are limited by the sets that fit in its memory (WINDOW_BYTES): for a
-memory-bound kernel that is about the same fraction of a millisecond whatever its size, under
-FIXED_ALLOWANCE_MS, where the parent's clock could confirm nothing. So a replayed side's window is
-its graph replayed `repeats` times (`_repeats`: to REPLAYED_WINDOW_MS of its work), each replay on
-values of its own written just before it (the calls after the first `calls` of the request): no
-candidate code runs between replays, and no call sees values another has seen, so neither a memo on
-the host nor one on the device (a kernel that skips inputs it has hashed) has anything to act on.
-The overhead window writes as many sets, and is taken off that side.
+Replayed, a window's calls are limited by the sets that fit in its memory (WINDOW_BYTES), and its
+fixed work (the sets written, the outputs kept and digested) costs more than the calls of a small
+kernel: its time would be the difference of two large numbers from two processes, noise larger than
+the kernel. So a replayed side's window replays its graph `repeats` times (`_repeats`: to
+REPLAYED_WINDOW_MS of its work) on the window's values, its fixed work done once: no candidate code
+runs between replays, and only the last replay's outputs are kept and checked. A kernel that hashes
+its inputs on the device could skip the later replays; that lowers only its parent-clock time,
+which can raise a side's counted time, never lower it, so it hides a forged event time at most
+(the events themselves are timed on values never seen before, in the blocks).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ WINDOW_MS = 10.0  # about this much work in one window (fewer calls where their 
 MIN_CALLS, MAX_CALLS = 5, 2000
 MIN_WINDOWS, MAX_WINDOWS = 3, 6
 REPLAYED_WINDOW_MS = 20.0  # a replayed side's window: about this much of its work (FIXED_ALLOWANCE_MS is 5% of it)
-MAX_REPEATS = 32  # replays of a side's graph in one window (powers of two: few overhead windows to match)
+MAX_REPEATS = 64  # replays of a side's graph in one window
 WINDOW_BUDGET_MS = 250.0  # a candidate's window by its parent-clock cost a call in the blocks (a forged event can't stretch it)
 ROUNDS_BUDGET_S = 1.5  # past MIN_ROUNDS, no new block once the blocks took this long (the windows confirm the clock)
 # Of every window, what the parent's clock can't attribute to its calls: the request's round trip and
@@ -279,6 +280,8 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
             failed = run_block(min(SCRUTINY_ROUNDS, keep_calls), check_all=True)
             if failed is not None:
                 return failed
+        if laps is not None:
+            laps.lap("rounds")
         # Each call of a window on a set of its own (no refill between calls) where the sets fit
         # in the window's memory; past that, as few calls as a window needs.
         fit = max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)
@@ -341,28 +344,25 @@ def _window_calls(samples: dict[str, list[float]], parent_block_ms: list[float],
 
 
 def _repeats(calls: int, events_ms: dict[str, float], candidate_wall_ms: float) -> dict[str, int]:
-    """Replays of each side's graph in one window: a power of two, to REPLAYED_WINDOW_MS of its work by its
-    events (MAX_REPEATS at most), and the candidate's also within WINDOW_BUDGET_MS by its parent-clock cost
-    a call in the blocks (an upper bound of its real one: a forged, tiny event time can't make its window long)."""
-    def power_of_two(wanted: float) -> int:
-        return min(MAX_REPEATS, 1 << max(0, math.ceil(math.log2(max(1.0, wanted)))))
-
-    repeats = {name: power_of_two(REPLAYED_WINDOW_MS / max(calls * ms, 1e-6)) for name, ms in events_ms.items()}
+    """Replays of each side's graph in one window: to REPLAYED_WINDOW_MS of its work by its events
+    (MAX_REPEATS at most), and the candidate's also within WINDOW_BUDGET_MS by its parent-clock cost a
+    call in the blocks (an upper bound of its real one: a forged, tiny event time can't make its window long)."""
+    repeats = {name: max(1, min(MAX_REPEATS, math.ceil(REPLAYED_WINDOW_MS / max(calls * ms, 1e-6))))
+               for name, ms in events_ms.items()}
     if CANDIDATE in repeats:
-        within = WINDOW_BUDGET_MS / max(calls * candidate_wall_ms, 1e-6)
-        repeats[CANDIDATE] = min(repeats[CANDIDATE], 1 << max(0, math.floor(math.log2(max(1.0, within)))))
+        repeats[CANDIDATE] = max(1, min(repeats[CANDIDATE], math.floor(WINDOW_BUDGET_MS / max(calls * candidate_wall_ms, 1e-6))))
     return repeats
 
 
 @dataclass
 class Windows:
     """Each side's back-to-back windows: the parent's clock (ms) around each, and with fresh values
-    the trusted job's overhead windows beside each round of them, one per number of replays a side's
-    window has (`repeats`: 1 unless its graph is replayed more than once a window)."""
+    the trusted job's overhead window beside each round of them; `repeats`: per side, how many times
+    its graph replays in a window (1 where not given)."""
 
     calls: int
     walls: dict[str, list[float]]
-    overheads: dict[int, list[float]]
+    overheads: list[float]
     repeats: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -373,24 +373,23 @@ class Windows:
         """The calls in one window of `name`: its graph's calls times its replays."""
         return self.calls * self.repeats.get(name, 1)
 
-    def _overheads(self, name: str) -> list[float]:
-        return self.overheads.get(self.repeats.get(name, 1)) or ([] if self.overheads else [0.0] * self.windows)
-
     @property
     def per_window(self) -> dict[str, list[float]]:
         """Per side, each window's time per call, its round's overhead and FIXED_ALLOWANCE_MS taken off
         (never below 0)."""
+        overheads = self.overheads or [0.0] * self.windows
         return {name: [max(0.0, wall - over - FIXED_ALLOWANCE_MS) / self.calls_of(name)
-                       for wall, over in zip(walls, self._overheads(name), strict=True)]
+                       for wall, over in zip(walls, overheads, strict=True)]
                 for name, walls in self.walls.items()}
 
     def per_call(self) -> dict[str, float]:
         """Per side, its fastest window: whatever else runs (a collection, the scheduler, the request's
         round trip) only adds to a window, and nothing a candidate does can take time off its calls'
         device work, so the least is the truest, and no side can lower it but by being faster. Less
-        its fastest overhead window, FIXED_ALLOWANCE_MS, over its calls (never below 0)."""
-        return {name: max(0.0, min(walls) - min(self._overheads(name), default=0.0) - FIXED_ALLOWANCE_MS)
-                / self.calls_of(name) for name, walls in self.walls.items()}
+        the fastest overhead window, FIXED_ALLOWANCE_MS, over its calls (never below 0)."""
+        overhead = min(self.overheads, default=0.0)
+        return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS) / self.calls_of(name)
+                for name, walls in self.walls.items()}
 
     def deciding(self, events_ms: dict[str, float]) -> list[str]:
         """Sides whose parent-clock time would outweigh their events (speed.counted_ms): the ones the
@@ -399,9 +398,8 @@ class Windows:
                 if name in events_ms and counted_ms(events_ms[name], ms)[1] == PARENT_CLOCK]
 
     def overhead_ms_per_call(self) -> float | None:
-        """The candidate's overhead window a call (the sets written and the outputs kept)."""
-        overheads = self.overheads.get(self.repeats.get(CANDIDATE, 1))
-        return min(overheads) / self.calls_of(CANDIDATE) if overheads else None
+        """The candidate's window's fixed work (its sets written, its outputs kept), a call of its window."""
+        return min(self.overheads) / self.calls_of(CANDIDATE) if self.overheads else None
 
 
 def _capture(session: JobSession, server: ReferenceServer, names: list[str], calls: int) -> bool | str:
@@ -425,15 +423,14 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
     event median). `replayed`: every window a replay of its side's CUDA graph, `repeats` times a
     window (per side, `_repeats`; once where not given)."""
     repeats = {name: repeats.get(name, 1) for name in [*names, CANDIDATE]} if replayed and repeats else {}
-    backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, {}, repeats)
+    backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [], repeats)
     started = time.perf_counter()
     while True:
         for name in names:
             backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed,
                                                      repeats.get(name, 1)))
         if checks is not None:
-            for times in sorted(set(repeats.values()) or {1}):
-                backs.overheads.setdefault(times, []).append(_trusted_window(server, OVERHEAD, calls, True, False, times))
+            backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True))
         seed, times = TimedChecks.seed(), repeats.get(CANDIDATE, 1)
         request = {"calls": calls, "seed": seed, **({"graph": True} if replayed else {}),
                    **({"repeats": times} if times > 1 else {})} if checks else {"calls": calls}
@@ -445,10 +442,8 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
             digests = TimedChecks.digests(answer, calls)
             if digests is None:
                 return "the candidate's process answered the back-to-back check without a digest of each output"
-            # the digests are of the last replay's calls: calls (times - 1) * calls + i of the request
-            last = (times - 1) * calls
             picks = TimedChecks.pick(calls, 1)
-            failed = checks.check(seed, times * calls, [(i, last + i) for i in picks], digests)
+            failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
             if failed is not None:
                 return failed
         enough = backs.windows >= MIN_WINDOWS and not backs.deciding(events_ms)
@@ -461,7 +456,7 @@ def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool,
                     repeats: int = 1) -> float:
     """This process's clock (ms) around one back-to-back window in the trusted job: a baseline's
     calls (`replayed`: its graph, `repeats` times), or (OVERHEAD) the window's work without them,
-    each with its window's values (`repeats` sets of values written, for a side replayed that often)."""
+    each with its window's values."""
     request = {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {}),
                **({"graph": True} if replayed else {}), **({"repeats": repeats} if repeats > 1 else {})}
     _, wall_ms = server.timed("back", request)

@@ -65,7 +65,7 @@ class WindowGraph:
         return self.outputs
 
 
-MAX_REPLAYS = 64  # a window's replays of its graph, at most (the parent asks for at most timing_driver.MAX_REPEATS)
+MAX_REPLAYS = 256  # a window's replays of its graph, at most (the parent asks for at most timing_driver.MAX_REPEATS)
 
 
 def replays(request: dict) -> int:
