@@ -344,3 +344,17 @@ def test_replays_fill_a_replayed_window_to_its_work_within_the_candidates_budget
     forged = td._repeats(calls, {"candidate": 1e-9, "eager": 0.038}, candidate_wall_ms=1.0)
     assert forged["candidate"] * calls * 1.0 <= td.WINDOW_BUDGET_MS and forged["candidate"] >= 1
     assert td._repeats(calls, {"candidate": 1e-9}, candidate_wall_ms=1e-9)["candidate"] == td.MAX_REPEATS
+
+
+def test_blocks_grow_to_the_candidates_work_but_end_within_the_rounds_budget():
+    """Blocks go on to MIN_CANDIDATE_MS of the candidate's work in blocks of at most MAX_BLOCK_ROUNDS;
+    past MIN_ROUNDS, a block is no longer than the budget left at the pace so far, and always at least
+    what MIN_ROUNDS still needs."""
+    from kernelloop.tools.verify import timing_driver as td
+
+    assert td._next_block(10, 0.2, 0.01) == td.MAX_BLOCK_ROUNDS  # a 0.02 ms kernel, fast rounds: a full block
+    assert td._next_block(10, 0.2, 0.2) == td.MIN_ROUNDS - 10  # 20 ms a round: the budget leaves 40, MIN_ROUNDS needs 40
+    assert td._next_block(60, 1.2, 0.6) == 40  # 10 ms a round, 0.4 s left
+    assert td._next_block(60, 1.2, 1.2) == 1  # past the budget (the caller stops: _enough_rounds)
+    assert td._enough_rounds(60, 1.2, td.ROUNDS_BUDGET_S + 0.01) and not td._enough_rounds(40, 1.2, td.ROUNDS_BUDGET_S + 0.01)
+    assert td._next_block(10, 500.0, 0.01) == td.MIN_ROUNDS - 10  # a slow kernel: MIN_CANDIDATE_MS already met

@@ -76,7 +76,7 @@ MIN_WINDOWS, MAX_WINDOWS = 3, 6
 REPLAYED_WINDOW_MS = 20.0  # a replayed side's window: about this much of its work (FIXED_ALLOWANCE_MS is 5% of it)
 MAX_REPEATS = 64  # replays of a side's graph in one window
 WINDOW_BUDGET_MS = 250.0  # a candidate's window by its parent-clock cost a call in the blocks (a forged event can't stretch it)
-ROUNDS_BUDGET_S = 1.5  # past MIN_ROUNDS, no new block once the blocks took this long (the windows confirm the clock)
+ROUNDS_BUDGET_S = 1.0  # past MIN_ROUNDS, the blocks end by this much time (a median of 50+ paired rounds is steady)
 # Of every window, what the parent's clock can't attribute to its calls: the request's round trip and
 # the child's own fixed work, which on an H200 ran about 0.7 ms longer in a candidate's child than in
 # the trusted job whose overhead window is taken off (from the excess of 8 examples' graph replays
@@ -181,11 +181,10 @@ def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int |
             claimed_block_ms.append(sum(claimed["candidate"]) + sum(claimed["candidate_again"]))
             done = len(samples["candidate"])
             total = sum(samples["candidate"])
-            if _enough_rounds(done, total, time.perf_counter() - started):
+            elapsed = time.perf_counter() - started
+            if _enough_rounds(done, total, elapsed):
                 break
-            per_round = max(total / done, 1e-3)
-            wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - total) / per_round))
-            rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
+            rounds = _next_block(done, total, elapsed)
         calls = _window_calls(samples, parent_block_ms, MAX_CALLS)
         backs = _windows(session, server, names, calls, _medians(samples), None)
         if not isinstance(backs, Windows):  # no checks without fresh values: only the child's breaking off
@@ -269,11 +268,10 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
                 return failed
             done = len(samples["candidate"])
             total = sum(samples["candidate"])
-            if _enough_rounds(done, total, time.perf_counter() - started):
+            elapsed = time.perf_counter() - started
+            if _enough_rounds(done, total, elapsed):
                 break
-            per_round = max(total / done, 1e-3)
-            wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - total) / per_round))
-            rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
+            rounds = _next_block(done, total, elapsed)
         # Under the reference's roofline: its speed counts only from calls checked one by one.
         floor_ms = (baseline_setup.get("roofline") or {}).get("floor_ms")
         if floor_ms and statistics.median(samples["candidate"]) < floor_ms:
@@ -327,6 +325,18 @@ def _enough_rounds(done: int, candidate_total_ms: float, elapsed_s: float) -> bo
     if elapsed_s > MAX_TIMED_S:
         return True
     return done >= MIN_ROUNDS and (candidate_total_ms >= MIN_CANDIDATE_MS or done >= MAX_ROUNDS or elapsed_s > ROUNDS_BUDGET_S)
+
+
+def _next_block(done: int, candidate_total_ms: float, elapsed_s: float) -> int:
+    """The next block's rounds: to MIN_ROUNDS and MIN_CANDIDATE_MS of the candidate's work (at most
+    MAX_BLOCK_ROUNDS, and MAX_ROUNDS in all), and past MIN_ROUNDS no more than ROUNDS_BUDGET_S leaves
+    room for at the pace of the blocks so far (a round's host work, both processes', is most of a small
+    kernel's round: a block of 200 would run seconds past the budget)."""
+    per_round_ms = max(candidate_total_ms / done, 1e-3)
+    wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - candidate_total_ms) / per_round_ms))
+    rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
+    within = math.floor((ROUNDS_BUDGET_S - elapsed_s) / max(elapsed_s / done, 1e-9))
+    return max(1, min(rounds, max(within, MIN_ROUNDS - done)))
 
 
 def _medians(samples: dict[str, list[float]]) -> dict[str, float]:
