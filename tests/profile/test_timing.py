@@ -317,44 +317,17 @@ def test_a_back_to_back_time_per_call_is_the_fastest_window_less_its_overhead():
         _ = Windows(calls, {"candidate": [3.0, 3.0], "eager": [4.0, 4.0]}, [2.0]).per_window  # a round without its overhead
 
 
-def test_a_replayed_side_is_timed_over_all_its_replays_less_one_windows_overhead():
-    """A side whose graph replays 8 times a window has 8 times the calls, and its window's fixed work
-    (its sets written, its outputs kept) once: one overhead window taken off, over all its calls."""
-    from kernelloop.tools.verify.timing_driver import FIXED_ALLOWANCE_MS, Windows
-
-    calls, a = 10, FIXED_ALLOWANCE_MS
-    backs = Windows(calls, {"candidate": [16.0 + 4.0 + a] * 3, "eager": [5.0 + 4.0 + a] * 3}, [4.0] * 3,
-                    {"candidate": 8, "eager": 1})
-    assert backs.calls_of("candidate") == 80 and backs.calls_of("eager") == 10
-    assert backs.per_call() == {"candidate": pytest.approx(16.0 / 80), "eager": pytest.approx(5.0 / 10)}
-    assert backs.per_window["candidate"] == [pytest.approx(16.0 / 80)] * 3
-    assert backs.overhead_ms_per_call() == pytest.approx(4.0 / 80)
-
-
-def test_replays_fill_a_replayed_window_to_its_work_within_the_candidates_budget():
-    """Replays fill a side's window to REPLAYED_WINDOW_MS of its events, at most MAX_REPEATS; a
-    candidate's are also bounded by its parent-clock cost a call, so a forged tiny event time can't
-    stretch its window past WINDOW_BUDGET_MS of what it really costs."""
-    from kernelloop.tools.verify import timing_driver as td
-
-    calls = 60  # a memory-bound kernel's window: all the sets that fit
-    repeats = td._repeats(calls, {"candidate": 0.0135, "eager": 0.038, "compile": 5.0}, candidate_wall_ms=0.02)
-    assert repeats == {"candidate": 25, "eager": 9, "compile": 1}
-    assert calls * 0.0135 * repeats["candidate"] >= td.REPLAYED_WINDOW_MS
-    forged = td._repeats(calls, {"candidate": 1e-9, "eager": 0.038}, candidate_wall_ms=1.0)
-    assert forged["candidate"] * calls * 1.0 <= td.WINDOW_BUDGET_MS and forged["candidate"] >= 1
-    assert td._repeats(calls, {"candidate": 1e-9}, candidate_wall_ms=1e-9)["candidate"] == td.MAX_REPEATS
-
-
 def test_blocks_grow_to_the_candidates_work_but_end_within_the_rounds_budget():
     """Blocks go on to MIN_CANDIDATE_MS of the candidate's work in blocks of at most MAX_BLOCK_ROUNDS;
-    past MIN_ROUNDS, a block is no longer than the budget left at the pace so far, and always at least
-    what MIN_ROUNDS still needs."""
+    past MIN_ROUNDS a block is no longer than the budget left at the pace so far; a block still gives
+    MIN_ROUNDS what it needs within twice the budget, and FEWEST_ROUNDS whatever the pace."""
     from kernelloop.tools.verify import timing_driver as td
 
     assert td._next_block(10, 0.2, 0.01) == td.MAX_BLOCK_ROUNDS  # a 0.02 ms kernel, fast rounds: a full block
-    assert td._next_block(10, 0.2, 0.2) == td.MIN_ROUNDS - 10  # 20 ms a round: the budget leaves 40, MIN_ROUNDS needs 40
-    assert td._next_block(60, 1.2, 0.6) == 40  # 10 ms a round, 0.4 s left
-    assert td._next_block(60, 1.2, 1.2) == 1  # past the budget (the caller stops: _enough_rounds)
+    assert td._next_block(10, 0.2, 0.2) == td.MIN_ROUNDS - 10  # 20 ms a round: MIN_ROUNDS fits in twice the budget
+    assert td._next_block(60, 1.2, 0.6) == 40  # 10 ms a round, 0.4 s of the budget left
+    assert td._next_block(10, 500.0, 0.8) == 15  # eager attention's pace, 80 ms a round: to twice the budget
+    assert td._next_block(10, 500.0, 3.0) == td.FEWEST_ROUNDS - 10  # slower still: the fewest rounds
     assert td._enough_rounds(60, 1.2, td.ROUNDS_BUDGET_S + 0.01) and not td._enough_rounds(40, 1.2, td.ROUNDS_BUDGET_S + 0.01)
-    assert td._next_block(10, 500.0, 0.01) == td.MIN_ROUNDS - 10  # a slow kernel: MIN_CANDIDATE_MS already met
+    assert td._enough_rounds(td.FEWEST_ROUNDS, 500.0, 2 * td.ROUNDS_BUDGET_S + 0.01)
+    assert not td._enough_rounds(td.FEWEST_ROUNDS - 1, 500.0, 2 * td.ROUNDS_BUDGET_S + 0.01)

@@ -192,22 +192,3 @@ def test_the_cli_times_on_fresh_values_unless_told_not_to(tmp_path, monkeypatch)
                                   "--workspace", str(tmp_path), "--no-progress", *flags])
         assert result.exit_code == 2 and "no pool in this test" in result.output, result.output
         assert asked[-1]["fresh_timing"] is wanted
-
-
-def test_a_trusted_window_replays_only_a_captured_graph_and_a_bounded_number_of_times(tmp_path, monkeypatch):
-    """Replays are asked of a captured graph only (a plain window runs Python between calls), and never
-    more than MAX_REPLAYS times; the overhead window is one window's fixed work whatever the replays."""
-    from kernelloop.tools.profile import measure
-    from kernelloop.tools.verify.reference_job import ReferenceJob
-
-    monkeypatch.setattr(measure, "baseline_callables",
-                        lambda problem, device, sets, seed, full, with_compile=True: ({"eager": lambda i: None}, {}, None))
-    job = ReferenceJob({"device": "cpu", "problem_path": str(PROBLEMS / "matmul.py")})
-    job.make({"seeds": [5, 6, 7], "variants": True, "fresh": True, "donor_seeds": [8],
-              "inputs_path": str(tmp_path / "in.sets"), "outputs_path": str(tmp_path / "out.sets")})
-    job.setup_timing({"skip": ["compile", "compile_autotune"], "fresh": True, "keep_calls": 8})
-    assert job.back_to_back({"name": "overhead", "calls": 3, "seed": 4}) == {"digests": 3}
-    with pytest.raises(RuntimeError, match="without a captured graph"):
-        job.back_to_back({"name": "eager", "calls": 3, "seed": 4, "repeats": 2})
-    with pytest.raises(ValueError, match="1 to 256"):
-        job.back_to_back({"name": "eager", "calls": 3, "seed": 4, "graph": True, "repeats": 1000})

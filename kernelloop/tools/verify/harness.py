@@ -60,7 +60,7 @@ from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, war
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.shared_names import reference_names
 from kernelloop.tools.verify.tensor_files import load_sets, save_sets
-from kernelloop.tools.verify.window_graph import WindowGraph, replays
+from kernelloop.tools.verify.window_graph import WindowGraph
 
 if TYPE_CHECKING:  # imported where timing is set up, not when the child starts
     from kernelloop.tools.profile.timing import Rounds
@@ -651,20 +651,16 @@ class _CandidateSession:
         if self.window is None:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
         calls, window, kept, model = int(request["calls"]), self.window, self.kept, self.model
-        repeats = replays(request)
         request_values = self.pool.request(int(request["seed"]), calls)
         window.prepare(request_values)
         synchronize(self.device)
         kept.reset()
         if request.get("graph") and self.graph is not None and self.graph.calls == calls:
-            for _ in range(repeats):
-                outputs = self.graph.replay()
+            outputs = self.graph.replay()
             synchronize(self.device)
             if not kept.keep_all(outputs):
                 raise RuntimeError("a captured window's outputs share memory")  # refused when captured
             return {"digests": kept.digests()}
-        if repeats > 1:
-            raise RuntimeError("a window of several replays was asked for without a captured graph")
         if not self.keep_each_call:
             held: list = []
             back_to_back(lambda call: model(*window.inputs(call)), calls, calls, after=held.append)

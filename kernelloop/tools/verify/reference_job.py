@@ -55,7 +55,7 @@ from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs
 from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, pool_indices, warm_fresh_values
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.tensor_files import save_sets
-from kernelloop.tools.verify.window_graph import WindowGraph, replays
+from kernelloop.tools.verify.window_graph import WindowGraph
 
 if TYPE_CHECKING:
     from kernelloop.tools.profile.measure import Caller
@@ -344,18 +344,14 @@ class ReferenceJob:
         if self.pool is None or self.window is None or self.kept is None:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
         calls, window, kept, like = int(request["calls"]), self.window, self.kept, self.like
-        repeats = replays(request)
         window.prepare(self.pool.request(int(request["seed"]), calls))
         synchronize(self.device)
         kept.reset()
         held: list = []
         graph = self.graphs.get(name) if request.get("graph") else None
         if graph is not None and graph.calls == calls:
-            for _ in range(repeats):
-                held = graph.replay()
+            held = graph.replay()
             synchronize(self.device)
-        elif repeats > 1:
-            raise RuntimeError("a window of several replays was asked for without a captured graph")
         elif name != "overhead":
             fn = cast("Caller", self._timing.fns[name]).on
             back_to_back(lambda call: fn(window.inputs(call)), calls, calls, after=held.append)

@@ -35,16 +35,6 @@ the first and last step alone; a side's time per call is its fastest window less
 overhead window and FIXED_ALLOWANCE_MS, over the calls (noise only ever adds to a window). Windows
 are sized to WINDOW_MS of work; MIN_WINDOWS of them, more (to MAX_WINDOWS) while the parent's clock
 would outweigh a side's events (speed.counted_ms weighs one against the other).
-
-Replayed, a window's calls are limited by the sets that fit in its memory (WINDOW_BYTES), and its
-fixed work (the sets written, the outputs kept and digested) costs more than the calls of a small
-kernel: its time would be the difference of two large numbers from two processes, noise larger than
-the kernel. So a replayed side's window replays its graph `repeats` times (`_repeats`: to
-REPLAYED_WINDOW_MS of its work) on the window's values, its fixed work done once: no candidate code
-runs between replays, and only the last replay's outputs are kept and checked. A kernel that hashes
-its inputs on the device could skip the later replays; that lowers only its parent-clock time,
-which can raise a side's counted time, never lower it, so it hides a forged event time at most
-(the events themselves are timed on values never seen before, in the blocks).
 """
 
 from __future__ import annotations
@@ -53,7 +43,7 @@ import contextlib
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kernelloop.records import Measurement
 from kernelloop.sandbox.runner import JobSession
@@ -73,10 +63,8 @@ MAX_TIMED_S = 20.0  # wall-clock cap on the blocks, both processes together
 WINDOW_MS = 10.0  # about this much work in one window (fewer calls where their sets don't fit)
 MIN_CALLS, MAX_CALLS = 5, 2000
 MIN_WINDOWS, MAX_WINDOWS = 3, 6
-REPLAYED_WINDOW_MS = 20.0  # a replayed side's window: about this much of its work (FIXED_ALLOWANCE_MS is 5% of it)
-MAX_REPEATS = 64  # replays of a side's graph in one window
-WINDOW_BUDGET_MS = 250.0  # a candidate's window by its parent-clock cost a call in the blocks (a forged event can't stretch it)
 ROUNDS_BUDGET_S = 1.0  # past MIN_ROUNDS, the blocks end by this much time (a median of 50+ paired rounds is steady)
+FEWEST_ROUNDS = 20  # past twice ROUNDS_BUDGET_S, enough (slow baselines: eager attention takes 17 ms a round)
 # Of every window, what the parent's clock can't attribute to its calls: the request's round trip and
 # the child's own fixed work, which on an H200 ran about 0.7 ms longer in a candidate's child than in
 # the trusted job whose overhead window is taken off (from the excess of 8 examples' graph replays
@@ -287,10 +275,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         replayed = _capture(session, server, names, calls)
         if isinstance(replayed, str):
             return replayed
-        events_ms = _medians(samples)
-        wall_per_call_ms = sum(parent_block_ms) / (2 * len(samples["candidate"]))
-        repeats = _repeats(calls, {n: events_ms[n] for n in [*names, CANDIDATE]}, wall_per_call_ms) if replayed else None
-        backs = _windows(session, server, names, calls, events_ms, checks, replayed, repeats)
+        backs = _windows(session, server, names, calls, _medians(samples), checks, replayed)
         if not isinstance(backs, Windows):
             return backs
     if laps is not None:
@@ -305,9 +290,9 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
     launches = claimed_profile.get("launches")
     judged = judge_speed(Measurement(
         samples_ms=samples, host_ms_per_call=backs.per_call(), host_windows_ms=backs.per_window,
-        replayed=[*names, CANDIDATE] if replayed else [], window_calls={n: backs.calls_of(n) for n in backs.walls},
-        back_to_back_calls=backs.calls_of(CANDIDATE) * backs.windows, parent_block_ms=parent_block_ms,
-        claimed_block_ms=claimed_block_ms, fresh_overhead_ms_per_call=backs.overhead_ms_per_call(),
+        replayed=[*names, CANDIDATE] if replayed else [], window_calls={name: calls for name in backs.walls},
+        back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
+        fresh_overhead_ms_per_call=backs.overhead_ms_per_call(),
         checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")),
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
@@ -319,24 +304,28 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
 
 
 def _enough_rounds(done: int, candidate_total_ms: float, elapsed_s: float) -> bool:
-    """Whether the blocks have enough rounds: MIN_ROUNDS and MIN_CANDIDATE_MS of the candidate's work
-    (or MAX_ROUNDS, or ROUNDS_BUDGET_S of both processes' time: a median of 50 paired rounds is steady,
-    and a slow baseline, eager attention at 17 ms a round, would otherwise take seconds), or MAX_TIMED_S."""
-    if elapsed_s > MAX_TIMED_S:
+    """Whether the blocks have enough rounds: MIN_ROUNDS with MIN_CANDIDATE_MS of the candidate's work,
+    MAX_ROUNDS or ROUNDS_BUDGET_S of both processes' time; FEWEST_ROUNDS past twice the budget; or
+    MAX_TIMED_S whatever the count."""
+    if elapsed_s > MAX_TIMED_S or (done >= FEWEST_ROUNDS and elapsed_s > 2 * ROUNDS_BUDGET_S):
         return True
     return done >= MIN_ROUNDS and (candidate_total_ms >= MIN_CANDIDATE_MS or done >= MAX_ROUNDS or elapsed_s > ROUNDS_BUDGET_S)
 
 
 def _next_block(done: int, candidate_total_ms: float, elapsed_s: float) -> int:
     """The next block's rounds: to MIN_ROUNDS and MIN_CANDIDATE_MS of the candidate's work (at most
-    MAX_BLOCK_ROUNDS, and MAX_ROUNDS in all), and past MIN_ROUNDS no more than ROUNDS_BUDGET_S leaves
-    room for at the pace of the blocks so far (a round's host work, both processes', is most of a small
-    kernel's round: a block of 200 would run seconds past the budget)."""
+    MAX_BLOCK_ROUNDS, and MAX_ROUNDS in all), but no more than ROUNDS_BUDGET_S leaves room for at the
+    pace of the blocks so far (a round's host work in both processes is most of a small kernel's round:
+    a block of 200 ran seconds past the budget), save what MIN_ROUNDS needs, and that only within twice
+    the budget, save what FEWEST_ROUNDS needs."""
     per_round_ms = max(candidate_total_ms / done, 1e-3)
     wanted = max(MIN_ROUNDS - done, math.ceil((MIN_CANDIDATE_MS - candidate_total_ms) / per_round_ms))
     rounds = max(1, min(MAX_BLOCK_ROUNDS, MAX_ROUNDS - done, wanted))
-    within = math.floor((ROUNDS_BUDGET_S - elapsed_s) / max(elapsed_s / done, 1e-9))
-    return max(1, min(rounds, max(within, MIN_ROUNDS - done)))
+    pace_s = max(elapsed_s / done, 1e-9)
+    within = math.floor((ROUNDS_BUDGET_S - elapsed_s) / pace_s)
+    within_twice = math.floor((2 * ROUNDS_BUDGET_S - elapsed_s) / pace_s)
+    needed = min(MIN_ROUNDS - done, max(within_twice, FEWEST_ROUNDS - done))
+    return max(1, min(rounds, max(within, needed)))
 
 
 def _medians(samples: dict[str, list[float]]) -> dict[str, float]:
@@ -353,53 +342,34 @@ def _window_calls(samples: dict[str, list[float]], parent_block_ms: list[float],
     return max(1, min(wanted, most))
 
 
-def _repeats(calls: int, events_ms: dict[str, float], candidate_wall_ms: float) -> dict[str, int]:
-    """Replays of each side's graph in one window: to REPLAYED_WINDOW_MS of its work by its events
-    (MAX_REPEATS at most), and the candidate's also within WINDOW_BUDGET_MS by its parent-clock cost a
-    call in the blocks (an upper bound of its real one: a forged, tiny event time can't make its window long)."""
-    repeats = {name: max(1, min(MAX_REPEATS, math.ceil(REPLAYED_WINDOW_MS / max(calls * ms, 1e-6))))
-               for name, ms in events_ms.items()}
-    if CANDIDATE in repeats:
-        repeats[CANDIDATE] = max(1, min(repeats[CANDIDATE], math.floor(WINDOW_BUDGET_MS / max(calls * candidate_wall_ms, 1e-6))))
-    return repeats
-
-
 @dataclass
 class Windows:
     """Each side's back-to-back windows: the parent's clock (ms) around each, and with fresh values
-    the trusted job's overhead window beside each round of them; `repeats`: per side, how many times
-    its graph replays in a window (1 where not given)."""
+    the trusted job's overhead window beside each round of them."""
 
     calls: int
     walls: dict[str, list[float]]
     overheads: list[float]
-    repeats: dict[str, int] = field(default_factory=dict)
 
     @property
     def windows(self) -> int:
         return len(self.walls[CANDIDATE])
-
-    def calls_of(self, name: str) -> int:
-        """The calls in one window of `name`: its graph's calls times its replays."""
-        return self.calls * self.repeats.get(name, 1)
 
     @property
     def per_window(self) -> dict[str, list[float]]:
         """Per side, each window's time per call, its round's overhead and FIXED_ALLOWANCE_MS taken off
         (never below 0)."""
         overheads = self.overheads or [0.0] * self.windows
-        return {name: [max(0.0, wall - over - FIXED_ALLOWANCE_MS) / self.calls_of(name)
-                       for wall, over in zip(walls, overheads, strict=True)]
+        return {name: [max(0.0, wall - over - FIXED_ALLOWANCE_MS) / self.calls for wall, over in zip(walls, overheads, strict=True)]
                 for name, walls in self.walls.items()}
 
     def per_call(self) -> dict[str, float]:
         """Per side, its fastest window: whatever else runs (a collection, the scheduler, the request's
         round trip) only adds to a window, and nothing a candidate does can take time off its calls'
         device work, so the least is the truest, and no side can lower it but by being faster. Less
-        the fastest overhead window, FIXED_ALLOWANCE_MS, over its calls (never below 0)."""
+        the fastest overhead window, FIXED_ALLOWANCE_MS, over the calls (never below 0)."""
         overhead = min(self.overheads, default=0.0)
-        return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS) / self.calls_of(name)
-                for name, walls in self.walls.items()}
+        return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS) / self.calls for name, walls in self.walls.items()}
 
     def deciding(self, events_ms: dict[str, float]) -> list[str]:
         """Sides whose parent-clock time would outweigh their events (speed.counted_ms): the ones the
@@ -408,8 +378,7 @@ class Windows:
                 if name in events_ms and counted_ms(events_ms[name], ms)[1] == PARENT_CLOCK]
 
     def overhead_ms_per_call(self) -> float | None:
-        """The candidate's window's fixed work (its sets written, its outputs kept), a call of its window."""
-        return min(self.overheads) / self.calls_of(CANDIDATE) if self.overheads else None
+        return min(self.overheads) / self.calls if self.overheads else None
 
 
 def _capture(session: JobSession, server: ReferenceServer, names: list[str], calls: int) -> bool | str:
@@ -424,26 +393,21 @@ def _capture(session: JobSession, server: ReferenceServer, names: list[str], cal
 
 
 def _windows(session: JobSession, server: ReferenceServer, names: list[str], calls: int, events_ms: dict[str, float],
-             checks: TimedChecks | None, replayed: bool = False, repeats: dict[str, int] | None = None,
-             ) -> Windows | TimedFailure | str:
+             checks: TimedChecks | None, replayed: bool = False) -> Windows | TimedFailure | str:
     """Rounds of back-to-back windows, every baseline's in the trusted job and the candidate's in its
-    child, with (fresh values, `checks`) the overhead windows and a check of one call of each
+    child, with (fresh values, `checks`) the overhead window and a check of one call of each
     candidate window picked at random; MIN_WINDOWS, then more (to MAX_WINDOWS) while the parent's
     clock would decide a side over its events (`Windows.deciding`, with `events_ms`, each side's
-    event median). `replayed`: every window a replay of its side's CUDA graph, `repeats` times a
-    window (per side, `_repeats`; once where not given)."""
-    repeats = {name: repeats.get(name, 1) for name in [*names, CANDIDATE]} if replayed and repeats else {}
-    backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [], repeats)
+    event median). `replayed`: every window a replay of its side's CUDA graph."""
+    backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [])
     started = time.perf_counter()
     while True:
         for name in names:
-            backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed,
-                                                     repeats.get(name, 1)))
+            backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed))
         if checks is not None:
             backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True))
-        seed, times = TimedChecks.seed(), repeats.get(CANDIDATE, 1)
-        request = {"calls": calls, "seed": seed, **({"graph": True} if replayed else {}),
-                   **({"repeats": times} if times > 1 else {})} if checks else {"calls": calls}
+        seed = TimedChecks.seed()
+        request = {"calls": calls, "seed": seed, **({"graph": True} if replayed else {})} if checks else {"calls": calls}
         answer, wall_ms = _ask(session, "back", request, timed=True)
         if answer is None:
             return "the candidate's process stopped answering during the back-to-back check"
@@ -462,13 +426,11 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
             return backs
 
 
-def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool, replayed: bool = False,
-                    repeats: int = 1) -> float:
+def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool, replayed: bool = False) -> float:
     """This process's clock (ms) around one back-to-back window in the trusted job: a baseline's
-    calls (`replayed`: its graph, `repeats` times), or (OVERHEAD) the window's work without them,
-    each with its window's values."""
+    calls (`replayed`: its graph), or (OVERHEAD) the window's work without them, each with its window's values."""
     request = {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {}),
-               **({"graph": True} if replayed else {}), **({"repeats": repeats} if repeats > 1 else {})}
+               **({"graph": True} if replayed else {})}
     _, wall_ms = server.timed("back", request)
     return wall_ms
 

@@ -65,18 +65,6 @@ class WindowGraph:
         return self.outputs
 
 
-MAX_REPLAYS = 256  # a window's replays of its graph, at most (the parent asks for at most timing_driver.MAX_REPEATS)
-
-
-def replays(request: dict) -> int:
-    """How many times a window replays its graph (the parent's `repeats`; once where not given), each
-    replay on values of calls of its own."""
-    repeats = int(request.get("repeats") or 1)
-    if not 1 <= repeats <= MAX_REPLAYS:
-        raise ValueError(f"a window replays its graph 1 to {MAX_REPLAYS} times, not {repeats}")
-    return repeats
-
-
 def _recover() -> None:
     """After a failed capture: wait for the device and clear the runtime's last error (an extension
     that launched on the legacy stream while capturing left one that the next launch check of
