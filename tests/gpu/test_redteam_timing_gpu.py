@@ -162,6 +162,15 @@ def test_an_elementwise_answer_drawn_like_the_inputs_is_not_faster(unlinted):
           printed("redteam_timing_lookup_elementwise: a back-to-back window answered without its forward"))
 
 
+def test_an_output_computed_when_read_is_not_faster(unlinted):
+    """No hook, no forged timer: a torch flag the harness sets only for checked calls tells the forward a
+    timed call, where it returns a tensor subclass computed when first read: after the stop event in a block
+    (the events time nothing), after the last replay in a window (its graph holds no GEMM: one replay's
+    calls are computed for repeats x calls). Expected on current main: FAILS (a few x)."""
+    judge(unlinted, "redteam_timing_deferred_output_phase_oracle",
+          printed("redteam_timing_deferred_output_phase_oracle: a timed output computed when read"))
+
+
 # --------------------------------------------------------------------------- every side timed the same way
 
 

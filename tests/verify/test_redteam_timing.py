@@ -110,17 +110,22 @@ def rehearsal(tmp_path_factory):
         yield verifier
 
 
-def test_a_window_answered_without_a_forward_passes_every_check_of_its_timed_calls(rehearsal):
-    """The lookup attack's conversation on the CPU: its child answers each back-to-back window by writing the
-    answers into its kept copies (no forward call; it prints one line the first time) and its blocks' answers
-    before each timed region; every digest and every checked call is right, so the verdict is correct. On a
-    GPU the same window reads as no work (tests/gpu/test_redteam_timing_gpu.py): the checks bind outputs,
+@pytest.mark.parametrize(("stem", "problem", "marker"), [
+    ("redteam_timing_lookup_elementwise", "gelu_scaled.py", "a back-to-back window answered without its forward"),
+    ("redteam_timing_deferred_output_phase_oracle", "matmul.py", "a timed output computed when read"),
+])
+def test_timed_outputs_made_outside_the_timed_work_pass_every_check_of_the_timed_calls(rehearsal, stem, problem, marker):
+    """Two attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
+    answers each back-to-back window by writing the answers into its kept copies (no forward call) and its
+    blocks' answers before each timed region. The deferred output's forward (no hook: a flag tells it a timed
+    call) returns a tensor whose values are computed when the harness first reads them, after the stop event,
+    or after a window's calls. Every digest and every checked call is right, so both are correct. On a GPU the
+    same calls read as little or no work (tests/gpu/test_redteam_timing_gpu.py): the checks bind the outputs,
     never how or when they were made."""
-    fixture = CHEATS / "redteam_timing_lookup_elementwise.py"
-    verdict = rehearsal.verify(Candidate.from_file(fixture), Problem.from_file(PROBLEMS / "gelu_scaled.py"))
+    verdict = rehearsal.verify(Candidate.from_file(CHEATS / f"{stem}.py"), Problem.from_file(PROBLEMS / problem))
     assert verdict.status is Status.correct, verdict.reason
     assert "timed calls picked at random" in verdict.feedback
-    assert "a back-to-back window answered without its forward" in verdict.stdout_tail, verdict.stdout_tail[-1000:]
+    assert marker in verdict.stdout_tail, verdict.stdout_tail[-1000:]
 
 
 # --------------------------------------------------------------------------- open holes (strict xfail)
@@ -214,3 +219,23 @@ def test_a_later_calls_values_do_not_exist_before_the_windows_first_call():
     window.prepare(request)  # what harness.back does when a window's request arrives, before its first call
     ahead = [k for k in range(1, 8) if torch.equal(window.sets[k][0], request.values(k)[0])]
     assert not ahead, f"calls {ahead}'s values are on the device before call 0 runs"
+
+
+@pytest.mark.xfail(strict=True, reason="open: harness.run_one sets declared_precision for checked calls alone, so a "
+                   "forward reads which kind of call it is in (torch.backends.cudnn.allow_tf32): "
+                   "tests/fixtures/cheats/redteam_timing_deferred_output_phase_oracle.py")
+def test_a_forward_cannot_tell_a_checked_call_from_a_timed_one_by_torchs_settings():
+    """Whatever a checked call guards (the type of its outputs, writes to inputs, aliasing, scaled and variant
+    sets) a timed call doesn't: a forward that can tell them apart does the right thing only where it is
+    checked. What a forward reads of torch's precision settings in a checked call (harness.run_one, under
+    _runtime.declared_precision) must be what it reads in a timed call (the timing rounds and windows run
+    outside it, at PyTorch's defaults)."""
+    from kernelloop.tools.verify._runtime import declared_precision, precision_flags
+
+    def seen() -> tuple:
+        return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, tuple(sorted(precision_flags().items())))
+
+    timed = seen()
+    with declared_precision():
+        checked = seen()
+    assert checked == timed, f"checked calls see {checked}, timed calls {timed}"
