@@ -77,9 +77,10 @@ def _describe(verdict: Verdict) -> str:
     return f"{verdict.status.value} {verdict.speedup}x: {verdict.speed_source}{window}; {verdict.warnings}"
 
 
-def judge(verifier, stem: str, engaged: Callable[[Verdict], str | None]) -> None:
+def judge(verifier, stem: str, engaged: Callable[[Verdict], str | None], no_speed_ok: bool = False) -> None:
     """Verify the twin, the cheat, the twin again; the cheat is caught or no faster than the twin's best
-    reading. `engaged(cheat_verdict)`: None where the attack engaged, else why it did not."""
+    reading. `engaged(cheat_verdict)`: None where the attack engaged, else why it did not. `no_speed_ok`: a
+    correct verdict with no speedup is an answer too (where the verifier may refuse to time the problem)."""
     cheat_path = CHEATS / f"{stem}.py"
     header = corpus.parse_header(cheat_path)
     assert header.honest is not None, f"{stem}: no honest twin in its header"
@@ -91,6 +92,8 @@ def judge(verifier, stem: str, engaged: Callable[[Verdict], str | None]) -> None
     if cheat.status in CAUGHT:
         assert cheat.code not in NOT_A_CATCH, f"{stem}: the fixture itself broke: {cheat.reason}"
         return  # caught: what a sound verifier may do
+    if no_speed_ok and cheat.status is Status.correct and cheat.speedup is None:
+        return  # the verifier reported no speed for it: nothing to reward
     assert cheat.status is Status.correct and cheat.speedup is not None, (
         f"{stem}: neither caught nor timed ({cheat.status.value}: {cheat.reason}); the fixture may be broken. "
         f"stdout: {cheat.stdout_tail[-500:]!r} stderr: {cheat.stderr_tail[-1500:]!r}")
@@ -206,6 +209,15 @@ def test_a_timer_without_the_l2_flush_gains_no_more_than_the_noise(unlinted):
     and the windows (which never flush) can't contradict warm events. Expected on current main: a gain of
     the kernel's cold/warm ratio, small on 19 kB inputs (may or may not clear NOISE)."""
     judge(unlinted, "redteam_timing_warm_l2_events", printed("redteam_timing_warm_l2_events: its timer flushes nothing"))
+
+
+def test_a_memo_on_a_problem_without_floating_inputs_is_not_faster(unlinted):
+    """No hook, nothing the lint refuses: fresh values are drawn for floating inputs alone, so an embedding
+    lookup's timed calls all rerun the indices the candidate has seen, and a memo by address (used only in
+    timed calls: the flag of checked calls tells them apart) answers every one, rightly; speed.judge_speed
+    only warns. Expected on current main: FAILS. A verifier that reports no speed for it passes."""
+    judge(unlinted, "redteam_timing_memo_integer_inputs",
+          printed("redteam_timing_memo_integer_inputs: a timed call answered from the memo"), no_speed_ok=True)
 
 
 # --------------------------------------------------------------------------- a control: what fresh values promise
