@@ -114,14 +114,16 @@ def rehearsal(tmp_path_factory):
     ("redteam_timing_lookup_elementwise", "gelu_scaled.py", "a back-to-back window answered without its forward"),
     ("redteam_timing_deferred_output_phase_oracle", "matmul.py", "a timed output computed when read"),
     ("redteam_timing_memo_integer_inputs", "embedding_gather.py", "a timed call answered from the memo"),
+    ("redteam_timing_batch_window_views", "relu_twice.py", "a window's call answered from its first call's batch"),
 ])
 def test_timed_outputs_made_outside_the_timed_work_pass_every_check_of_the_timed_calls(rehearsal, stem, problem, marker):
-    """Three attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
+    """Four attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
     answers each back-to-back window by writing the answers into its kept copies (no forward call) and its
     blocks' answers before each timed region. The deferred output's forward (no hook: a flag tells it a timed
     call) returns a tensor whose values are computed when the harness first reads them, after the stop event,
     or after a window's calls. The integer memo (no hook, nothing the lint refuses) answers every timed call of
-    a problem without floating inputs from a memo by address, rightly: none of their values is fresh. Every
+    a problem without floating inputs from a memo by address, rightly: none of their values is fresh. The batch
+    (no hook either) answers a plain window's calls from its first call's work over all the window's sets. Every
     digest and every checked call is right, so all are correct. On a GPU the same calls read as little or no
     work (tests/gpu/test_redteam_timing_gpu.py): the checks bind the outputs, never how or when they were made."""
     verdict = rehearsal.verify(Candidate.from_file(CHEATS / f"{stem}.py"), Problem.from_file(PROBLEMS / problem))
