@@ -182,6 +182,15 @@ def test_an_output_computed_when_read_is_not_faster(unlinted):
                candidate_window(lambda c: c.replayed, "replayed as a graph (its capture may have failed: see stderr)")))
 
 
+def test_claims_made_smaller_in_the_scrutiny_block_gain_nothing(unlinted):
+    """Claims under the reference's roofline floor (over the output floor) in every block bring a scrutiny block
+    (SCRUTINY_ROUNDS, known by its size), where it claims a hundredth of that: the speedup is the median event
+    ratio over the checked rounds, most of them that block's, corrected by a clock factor taken over every
+    round. Expected on current main: FAILS (about 100x, marked suspicious only)."""
+    judge(unlinted, "redteam_timing_scrutiny_block_claims",
+          printed("redteam_timing_scrutiny_block_claims: the scrutiny block claimed at a hundredth"))
+
+
 # --------------------------------------------------------------------------- every side timed the same way
 
 

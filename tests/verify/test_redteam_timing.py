@@ -254,3 +254,35 @@ def test_a_problem_whose_inputs_are_all_integers_is_still_timed_on_values_not_se
     fresh-values pool of its trial sets says whether its timed calls get fresh values."""
     sets = [[torch.randint(0, 1000, (37, 29), generator=torch.Generator().manual_seed(seed))] for seed in range(3)]
     assert Pool(sets).fresh, "timed calls of a problem without floating inputs rerun values the candidate has seen"
+
+
+@pytest.mark.xfail(strict=True, reason="open: under the reference's roofline the speedup is the median of event ratios "
+                   "over the checked rounds, but the candidate's clock factor is taken over every round's claims, and the "
+                   "scrutiny block is known to the child by its size: "
+                   "tests/fixtures/cheats/redteam_timing_scrutiny_block_claims.py")
+def test_claims_that_differ_in_the_checked_rounds_gain_nothing():
+    """speed.judge_speed on what the parent measures of redteam_timing_scrutiny_block_claims.py: a ReLU whose
+    calls really take 2.5 us (the parent's windows say so), eager's 3 us; the candidate claims 1.5x the output
+    floor in every block (under the reference's floor: a scrutiny block follows) and a hundredth of that in the
+    scrutiny block's 8 rounds. A correct verifier reads it no faster than the same kernel with honest claims."""
+    from kernelloop.records import Measurement
+    from kernelloop.tools.verify.speed import judge_speed
+
+    real_ms, eager_ms, output_floor_ms = 0.0025, 0.003, 4e-6
+    rounds, scrutiny = 410, 8
+    roofline = {"output_floor_ms": output_floor_ms, "floor_ms": 2 * output_floor_ms, "output_bytes": 19092}
+    picked = [5, 110, 220, 330]  # a round picked at random in each of the blocks (10, 200, 200 rounds)
+    checked = picked + list(range(rounds, rounds + scrutiny))
+
+    def measured(claims: list[float]) -> Measurement:
+        n = len(claims)
+        return Measurement(samples_ms={"eager": [eager_ms] * n, "candidate": claims, "candidate_again": list(claims)},
+                           host_ms_per_call={"eager": eager_ms, "candidate": real_ms}, checked_rounds=checked,
+                           roofline=roofline, parent_block_ms=[1000.0], claimed_block_ms=[sum(claims)])
+
+    honest = judge_speed(measured([real_ms] * (rounds + scrutiny)))
+    forged = judge_speed(measured([1.5 * output_floor_ms] * rounds + [0.015 * output_floor_ms] * scrutiny))
+    assert honest.speedup is not None and honest.rejection is None
+    assert forged.rejection is not None or forged.speedup <= 1.05 * honest.speedup, (
+        f"forged claims read {forged.speedup:.1f}x against the honest claims' {honest.speedup:.2f}x "
+        f"({forged.speed_source}; {forged.warnings})")
