@@ -16,8 +16,11 @@ prints one line to its stdout, or the verdict shows the window it needed): other
 fails saying so, as a pass would prove nothing. If the protocol changes so that an attack can no
 longer engage (say, windows are no longer replayed), update that precondition with the change.
 
-Work is bounded: three verifications a test, each with the verifier's own timing limits.
-Run: python -m pytest -q tests/gpu/test_redteam_timing_gpu.py (an H200 takes a few minutes).
+Work is bounded: three verifications a test (13 tests), each within the verifier's own timing limits.
+Run: python -m pytest -q tests/gpu/test_redteam_timing_gpu.py (on an H200, perhaps 10-20 minutes).
+Expected on the code these were written against (48489a7): every test FAILS but the device memo's (a control
+that must pass), the forged-by-half timer's and the unflushed L2's (small gains, near NOISE); a failure's
+message says how much faster the cheat read and which clock decided each side.
 """
 
 from __future__ import annotations
