@@ -1,0 +1,288 @@
+"""The timing red team on the CPU: the mechanisms the attacks of tests/gpu/test_redteam_timing_gpu.py
+stand on, exercised where no GPU is needed (Triton's interpreter, the fresh-values code, the
+timing driver's arithmetic with fakes for both processes, the conversation rehearsed on host clocks).
+
+Two kinds of test:
+  * mechanism tests (plain): what an attack relies on, shown to hold, so that its GPU test means
+    something (a control that never could have hit proves nothing). These describe the code as it is.
+  * open holes (strict xfail, the corpus's convention for attacks found open: tests/verify/
+    test_adversarial.py `_OPEN`): what a correct verifier must do, failing on the current code. A fix
+    shows as XPASS, which fails the run until its mark goes.
+Each is bounded in work (a few calls, a few windows), never in wall-clock time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelloop.problem import Candidate, Problem
+from kernelloop.records import Status
+from kernelloop.tools.verify import timing_driver
+from kernelloop.tools.verify.fresh_values import Pool, Window
+from kernelloop.tools.verify.speed import counted_ms
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+CHEATS = FIXTURES / "cheats"
+PROBLEMS = FIXTURES / "problems"
+
+
+# --------------------------------------------------------------------------- mechanisms
+
+
+DEVICE_MEMO_SCRIPT = """
+import importlib.util
+import torch
+from kernelloop.tools.verify.fresh_values import Pool, Window
+
+spec = importlib.util.spec_from_file_location("device_memo", {path!r})
+memo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(memo)
+torch.manual_seed(0)
+sets = [[torch.randn(96, 80), torch.randn(80, 112)] for _ in range(3)]
+model = memo.ModelNew()
+
+def found():
+    return int(model.memo[2][0])  # the probe's verdict for the last call: a slot that hit, or -1
+
+A, B = sets[0]
+first = model(A, B)
+assert found() == -1 and torch.allclose(first, A @ B, atol=1e-4), "a first call must miss and compute"
+again = model(A.clone(), B.clone())  # the same values at new addresses
+assert found() >= 0 and torch.equal(again, first), "values seen before must hit: the memo works"
+
+pool = Pool(sets)
+window = Window(pool, 4, pool.buffers())
+request = pool.request(2024, 12)
+for replay in range(3):  # a window replayed 3 times, each replay on values of calls of its own (harness.back)
+    window.prepare(request, replay * 4, 4)
+    for call in range(4):
+        inputs = window.inputs(call)
+        out = model(*inputs)
+        assert found() == -1, f"replay {{replay}} call {{call}}: a fresh value hit the memo"
+        assert torch.allclose(out, inputs[0] @ inputs[1], atol=1e-4)
+print("memo ok")
+"""
+
+
+def test_the_device_memo_hits_on_values_it_has_seen_and_misses_on_every_fresh_one():
+    """redteam_timing_device_memo_matmul.py under Triton's interpreter: its probe and GEMM kernels skip the
+    work on values seen before (so its GPU test, which expects it no faster than its twin, is a real guard),
+    and a window's replays, each on values of calls of its own, never hit."""
+    script = DEVICE_MEMO_SCRIPT.format(path=str(CHEATS / "redteam_timing_device_memo_matmul.py"))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "memo ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_an_elementwise_ops_answer_on_fresh_values_is_the_pools_answers_drawn_with_the_same_seed():
+    """What redteam_timing_lookup_elementwise.py stands on: every fresh value is one of two trial sets' values
+    at its position, so an elementwise op's answer is the same draw from the sets' answers, bit for bit,
+    computed with no call of the op on the fresh values (one call and the window's rows alike)."""
+    torch.manual_seed(0)
+    sets = [[torch.randn(33, 257)] for _ in range(3)]
+    gelu = lambda x: torch.nn.functional.gelu(x, approximate="tanh")  # noqa: E731
+    pool = Pool(sets)
+    answers = Pool([[gelu(s[0])] for s in sets])
+    answers.symmetric, answers.within = dict(pool.symmetric), dict(pool.within)
+    request, lookup = pool.request(77, 12), answers.request(77, 12)
+    for call in range(12):
+        assert torch.equal(gelu(request.values(call)[0]), lookup.values(call)[0]), call
+    rows = torch.empty(4, 33 * 257)
+    lookup.fill_rows({0: rows}, 4, 8)  # the last replay of 3 x 4 calls, straight into "kept" rows
+    for k in range(4):
+        assert torch.equal(rows[k].view(33, 257), gelu(request.values(8 + k)[0])), k
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """The Verifier on the CPU running the timing phase's conversation (host clocks, no speed), rules off."""
+    from kernelloop.tools.verify.verifier import Verifier
+
+    with Verifier(device="cpu", workspace=tmp_path_factory.mktemp("redteam-rehearsal"), fresh_timing=True,
+                  rehearse_timing=True, static_checks=False, compile_timeout_s=60.0, run_timeout_s=120.0) as verifier:
+        yield verifier
+
+
+@pytest.mark.parametrize(("stem", "problem", "marker"), [
+    ("redteam_timing_lookup_elementwise", "gelu_scaled.py", "a back-to-back window answered without its forward"),
+    ("redteam_timing_deferred_output_phase_oracle", "matmul.py", "a timed output computed when read"),
+    ("redteam_timing_memo_integer_inputs", "embedding_gather.py", "a timed call answered from the memo"),
+    ("redteam_timing_batch_window_views", "relu_twice.py", "a window's call answered from its first call's batch"),
+])
+def test_timed_outputs_made_outside_the_timed_work_pass_every_check_of_the_timed_calls(rehearsal, stem, problem, marker):
+    """Four attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
+    answers each back-to-back window by writing the answers into its kept copies (no forward call) and its
+    blocks' answers before each timed region. The deferred output's forward (no hook: a flag tells it a timed
+    call) returns a tensor whose values are computed when the harness first reads them, after the stop event,
+    or after a window's calls. The integer memo (no hook, nothing the lint refuses) answers every timed call of
+    a problem without floating inputs from a memo by address, rightly: none of their values is fresh. The batch
+    (no hook either) answers a plain window's calls from its first call's work over all the window's sets. Every
+    digest and every checked call is right, so all are correct. On a GPU the same calls read as little or no
+    work (tests/gpu/test_redteam_timing_gpu.py): the checks bind the outputs, never how or when they were made."""
+    verdict = rehearsal.verify(Candidate.from_file(CHEATS / f"{stem}.py"), Problem.from_file(PROBLEMS / problem))
+    assert verdict.status is Status.correct, verdict.reason
+    assert "timed calls picked at random" in verdict.feedback
+    assert marker in verdict.stdout_tail, verdict.stdout_tail[-1000:]
+
+
+# --------------------------------------------------------------------------- open holes (strict xfail)
+
+
+class _Child:
+    """The candidate's child as timing_driver._windows sees it: each window answered with a digest a call."""
+
+    def __init__(self):
+        self.request: dict = {}
+
+    def send(self, message: dict) -> bool:
+        self.request = message["back"]
+        return True
+
+    def receive(self, timed: bool = False) -> dict:
+        return {"back": {"digests": ["0" * 32] * int(self.request["calls"])}}
+
+
+class _Trusted:
+    def timed(self, kind: str, request: dict) -> tuple[dict, float]:
+        return {}, 5.0
+
+
+class _Checks:
+    """TimedChecks as _windows calls it: every (slot, call of the request) picked, each one passing."""
+
+    def __init__(self):
+        self.picked: list[tuple[int, int, int]] = []  # (call of the request, calls in the request, calls a replay)
+
+    def check(self, seed: int, calls: int, picked: list[tuple[int, int]], digests: list[str]):
+        self.picked += [(index, calls, len(digests)) for _, index in picked]
+        return None
+
+
+@pytest.mark.xfail(strict=True, reason="open: only the last replay's calls of a window can be picked "
+                   "(timing_driver._windows `last = (times - 1) * calls`), so a child may skip every replay before "
+                   "it: tests/fixtures/cheats/redteam_timing_skip_unchecked_replays.py")
+def test_any_replay_of_a_window_can_be_picked_for_a_check():
+    """A replayed window of `repeats` replays runs repeats x calls calls, each on values of its own; a correct
+    verifier can check any of them, or a child that skips the replays it knows are never looked at reads as
+    1/repeats of its work. 20 rounds of windows of 8 replays of 10 calls: a pick uniform over the 80 calls
+    lands outside the last replay with probability 1 - 8^-(picks)."""
+    checks, picked_before_last = _Checks(), 0
+    for _ in range(20):
+        backs = timing_driver._windows(_Child(), _Trusted(), ["eager"], 10, {"eager": 1.0, "candidate": 1.0},
+                                       checks, replayed=True, repeats={"eager": 1, "candidate": 8})
+        assert isinstance(backs, timing_driver.Windows)
+    assert checks.picked and all(calls == 80 for _, calls, _ in checks.picked)
+    picked_before_last = sum(1 for index, _, _ in checks.picked if index < 70)
+    assert picked_before_last > 0, f"every one of {len(checks.picked)} picks was a call of the last replay"
+
+
+@pytest.mark.xfail(strict=True, reason="open: a candidate that inflates its host time in the blocks (outside its "
+                   "events) shrinks its windows to MIN_CALLS and few replays, whose work then fits under "
+                   "FIXED_ALLOWANCE_MS: tests/fixtures/cheats/redteam_timing_few_calls_forged_events.py")
+def test_a_slow_host_in_the_blocks_cannot_push_a_windows_work_under_the_allowance():
+    """The driver's own arithmetic (_window_calls, _repeats, Windows.per_call, counted_ms) for a kernel whose
+    calls really take 3 us, whose events claim a tenth of that, and which sleeps 5 ms after every timed call
+    of a block. The child's window costs the trusted overhead window plus 0.7 ms of the child's own (what the
+    H200 measured, timing_driver.FIXED_ALLOWANCE_MS's comment) plus its calls' real work. A correct verifier
+    counts at least 90% of the real 3 us a call: the parent's clock must bound a forged timer."""
+    real_ms, claimed_ms, eager_ms, rounds = 0.003, 0.0003, 0.003, 50
+    samples = {"eager": [eager_ms] * rounds, "candidate": [claimed_ms] * rounds, "candidate_again": [claimed_ms] * rounds}
+    parent_block_ms = [rounds * 2 * (5.0 + 0.1)]  # each of a round's two calls: 5 ms slept, 0.1 ms of flush and hold
+    calls = timing_driver._window_calls(samples, parent_block_ms, 2000)
+    wall_per_call_ms = sum(parent_block_ms) / (2 * rounds)
+    repeats = timing_driver._repeats(calls, {"eager": eager_ms, "candidate": claimed_ms}, wall_per_call_ms)
+    overhead_ms, child_fixed_ms = 0.4, 0.7
+    walls = {name: [overhead_ms + (child_fixed_ms if name == "candidate" else 0.0) + repeats[name] * calls * real_ms] * 3
+             for name in ("eager", "candidate")}
+    backs = timing_driver.Windows(calls, walls, {times: [overhead_ms] * 3 for times in set(repeats.values())}, repeats)
+    counted, clock = counted_ms(claimed_ms, backs.per_call()["candidate"])
+    assert counted >= 0.9 * real_ms, (f"{calls} calls x {repeats['candidate']} replays a window: counted "
+                                      f"{counted:.5f} ms by {clock} for a call of {real_ms} ms")
+
+
+@pytest.mark.xfail(strict=True, reason="open: every call's values of a back-to-back window are written before its "
+                   "first call, so one call (or the child) can compute the whole window at once: "
+                   "tests/fixtures/cheats/redteam_timing_batch_window_views.py, "
+                   "redteam_timing_batched_window_forged_events.py")
+def test_a_later_calls_values_do_not_exist_before_the_windows_first_call():
+    """The parent's clock around a window bounds a call's time only if the calls can't be merged: a forward (or
+    a child) that can read call k's values before call 0 has run can batch the window, and the window then
+    reads a batch's throughput. A correct verifier makes each call's values exist only once the call before
+    it has run (written between calls, on the device, or drawn from what the call before returned)."""
+    torch.manual_seed(0)
+    pool = Pool([[torch.randn(37, 129)] for _ in range(3)])
+    window = Window(pool, 8, pool.buffers())
+    request = pool.request(31, 8)
+    window.prepare(request)  # what harness.back does when a window's request arrives, before its first call
+    ahead = [k for k in range(1, 8) if torch.equal(window.sets[k][0], request.values(k)[0])]
+    assert not ahead, f"calls {ahead}'s values are on the device before call 0 runs"
+
+
+@pytest.mark.xfail(strict=True, reason="open: harness.run_one sets declared_precision for checked calls alone, so a "
+                   "forward reads which kind of call it is in (torch.backends.cudnn.allow_tf32): "
+                   "tests/fixtures/cheats/redteam_timing_deferred_output_phase_oracle.py")
+def test_a_forward_cannot_tell_a_checked_call_from_a_timed_one_by_torchs_settings():
+    """Whatever a checked call guards (the type of its outputs, writes to inputs, aliasing, scaled and variant
+    sets) a timed call doesn't: a forward that can tell them apart does the right thing only where it is
+    checked. What a forward reads of torch's precision settings in a checked call (harness.run_one, under
+    _runtime.declared_precision) must be what it reads in a timed call (the timing rounds and windows run
+    outside it, at PyTorch's defaults)."""
+    from kernelloop.tools.verify._runtime import declared_precision, precision_flags
+
+    def seen() -> tuple:
+        return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, tuple(sorted(precision_flags().items())))
+
+    timed = seen()
+    with declared_precision():
+        checked = seen()
+    assert checked == timed, f"checked calls see {checked}, timed calls {timed}"
+
+
+@pytest.mark.xfail(strict=True, reason="open: fresh values are drawn for floating inputs alone (fresh_values.Pool), "
+                   "and speed.judge_speed only warns: tests/fixtures/cheats/redteam_timing_memo_integer_inputs.py")
+def test_a_problem_whose_inputs_are_all_integers_is_still_timed_on_values_not_seen():
+    """An embedding lookup's only input is its indices: its timed calls rerun the trial set's indices, and a memo
+    (by address, used in timed calls alone) answers them all. A correct verifier draws values the candidate has
+    not seen for such a problem too (new sets of the problem's own), or reports no speed for it; here, the
+    fresh-values pool of its trial sets says whether its timed calls get fresh values."""
+    sets = [[torch.randint(0, 1000, (37, 29), generator=torch.Generator().manual_seed(seed))] for seed in range(3)]
+    assert Pool(sets).fresh, "timed calls of a problem without floating inputs rerun values the candidate has seen"
+
+
+@pytest.mark.xfail(strict=True, reason="open: under the reference's roofline the speedup is the median of event ratios "
+                   "over the checked rounds, but the candidate's clock factor is taken over every round's claims, and the "
+                   "scrutiny block is known to the child by its size: "
+                   "tests/fixtures/cheats/redteam_timing_scrutiny_block_claims.py")
+def test_claims_that_differ_in_the_checked_rounds_gain_nothing():
+    """speed.judge_speed on what the parent measures of redteam_timing_scrutiny_block_claims.py: a ReLU whose
+    calls really take 2.5 us (the parent's windows say so), eager's 3 us; the candidate claims 1.5x the output
+    floor in every block (under the reference's floor: a scrutiny block follows) and a hundredth of that in the
+    scrutiny block's 8 rounds. A correct verifier reads it no faster than the same kernel with honest claims."""
+    from kernelloop.records import Measurement
+    from kernelloop.tools.verify.speed import judge_speed
+
+    real_ms, eager_ms, output_floor_ms = 0.0025, 0.003, 4e-6
+    rounds, scrutiny = 410, 8
+    roofline = {"output_floor_ms": output_floor_ms, "floor_ms": 2 * output_floor_ms, "output_bytes": 19092}
+    picked = [5, 110, 220, 330]  # a round picked at random in each of the blocks (10, 200, 200 rounds)
+    checked = picked + list(range(rounds, rounds + scrutiny))
+
+    def measured(claims: list[float]) -> Measurement:
+        n = len(claims)
+        return Measurement(samples_ms={"eager": [eager_ms] * n, "candidate": claims, "candidate_again": list(claims)},
+                           host_ms_per_call={"eager": eager_ms, "candidate": real_ms}, checked_rounds=checked,
+                           roofline=roofline, parent_block_ms=[1000.0], claimed_block_ms=[sum(claims)])
+
+    honest = judge_speed(measured([real_ms] * (rounds + scrutiny)))
+    forged = judge_speed(measured([1.5 * output_floor_ms] * rounds + [0.015 * output_floor_ms] * scrutiny))
+    assert honest.speedup is not None and honest.rejection is None
+    assert forged.rejection is not None or forged.speedup <= 1.05 * honest.speedup, (
+        f"forged claims read {forged.speedup:.1f}x against the honest claims' {honest.speedup:.2f}x "
+        f"({forged.speed_source}; {forged.warnings})")
