@@ -138,7 +138,13 @@ def candidate_window(predicate: Callable, what: str) -> Callable[[Verdict], str 
 def test_a_window_whose_unchecked_replays_are_skipped_is_not_faster(unlinted):
     """timing_driver._windows picks calls of the last replay alone (`last = (times - 1) * calls`), and the
     child runs the replays: one replay in place of `repeats` reads as 1/repeats of the work, under
-    FIXED_ALLOWANCE_MS, so its forged events (a tenth) stand. Expected on current main: FAILS (about 10x)."""
+    FIXED_ALLOWANCE_MS, so its forged events (a tenth) stand. It read about 10x against commit 48489a7; since then
+    windows have no replays (each counts only calls whose outputs it commits to), so there is nothing to skip."""
+    from kernelloop.tools.verify import harness
+
+    if not hasattr(harness, "replays"):
+        pytest.skip("windows do not replay their graph: nothing to skip (tests/verify/test_redteam_timing.py "
+                    "checks that every call a window counts can be picked)")
     judge(unlinted, "redteam_timing_skip_unchecked_replays",
           printed("redteam_timing_skip_unchecked_replays: replayed 1 of"))
 

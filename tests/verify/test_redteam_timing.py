@@ -59,13 +59,12 @@ assert found() >= 0 and torch.equal(again, first), "values seen before must hit:
 
 pool = Pool(sets)
 window = Window(pool, 4, pool.buffers())
-request = pool.request(2024, 12)
-for replay in range(3):  # a window replayed 3 times, each replay on values of calls of its own (harness.back)
-    window.prepare(request, replay * 4, 4)
+for seed in range(3):  # three windows on the same sets (harness.back), each with its request's fresh values
+    window.prepare(pool.request(2024 + seed, 4))
     for call in range(4):
         inputs = window.inputs(call)
         out = model(*inputs)
-        assert found() == -1, f"replay {{replay}} call {{call}}: a fresh value hit the memo"
+        assert found() == -1, f"window {{seed}} call {{call}}: a fresh value hit the memo"
         assert torch.allclose(out, inputs[0] @ inputs[1], atol=1e-4)
 print("memo ok")
 """
@@ -74,7 +73,7 @@ print("memo ok")
 def test_the_device_memo_hits_on_values_it_has_seen_and_misses_on_every_fresh_one():
     """redteam_timing_device_memo_matmul.py under Triton's interpreter: its probe and GEMM kernels skip the
     work on values seen before (so its GPU test, which expects it no faster than its twin, is a real guard),
-    and a window's replays, each on values of calls of its own, never hit."""
+    and windows on the same sets, each with its own fresh values, never hit."""
     script = DEVICE_MEMO_SCRIPT.format(path=str(CHEATS / "redteam_timing_device_memo_matmul.py"))
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
@@ -95,9 +94,9 @@ def test_an_elementwise_ops_answer_on_fresh_values_is_the_pools_answers_drawn_wi
     for call in range(12):
         assert torch.equal(gelu(request.values(call)[0]), lookup.values(call)[0]), call
     rows = torch.empty(4, 33 * 257)
-    lookup.fill_rows({0: rows}, 4, 8)  # the last replay of 3 x 4 calls, straight into "kept" rows
+    lookup.fill_rows({0: rows}, 4)  # a window's 4 calls, straight into "kept" rows
     for k in range(4):
-        assert torch.equal(rows[k].view(33, 257), gelu(request.values(8 + k)[0])), k
+        assert torch.equal(rows[k].view(33, 257), gelu(request.values(k)[0])), k
 
 
 @pytest.fixture(scope="module")
@@ -165,29 +164,24 @@ class _Checks:
         return None
 
 
-@pytest.mark.xfail(strict=True, reason="open: only the last replay's calls of a window can be picked "
-                   "(timing_driver._windows `last = (times - 1) * calls`), so a child may skip every replay before "
-                   "it: tests/fixtures/cheats/redteam_timing_skip_unchecked_replays.py")
-def test_any_replay_of_a_window_can_be_picked_for_a_check():
-    """A replayed window of `repeats` replays runs repeats x calls calls, each on values of its own; a correct
-    verifier can check any of them, or a child that skips the replays it knows are never looked at reads as
-    1/repeats of its work. 20 rounds of windows of 8 replays of 10 calls: a pick uniform over the 80 calls
-    lands outside the last replay with probability 1 - 8^-(picks)."""
-    checks, picked_before_last = _Checks(), 0
-    for _ in range(20):
-        backs = timing_driver._windows(_Child(), _Trusted(), ["eager"], 10, {"eager": 1.0, "candidate": 1.0},
-                                       checks, replayed=True, repeats={"eager": 1, "candidate": 8})
-        assert isinstance(backs, timing_driver.Windows)
-    assert checks.picked and all(calls == 80 for _, calls, _ in checks.picked)
-    picked_before_last = sum(1 for index, _, _ in checks.picked if index < 70)
-    assert picked_before_last > 0, f"every one of {len(checks.picked)} picks was a call of the last replay"
+def test_every_call_a_window_counts_is_one_it_commits_to_and_any_can_be_picked():
+    """What redteam_timing_skip_unchecked_replays.py broke (windows that replayed their graph, of which only the
+    last replay's calls could be checked): a window's time is divided by the calls whose outputs it sends
+    digests of, and the pick of a check ranges over all of them. 40 windows of 10 calls: every pick is one of
+    the window's own calls, and the picks reach every one of them."""
+    checks = _Checks()
+    for _ in range(40):
+        backs = timing_driver._windows(_Child(), _Trusted(), ["eager"], 10, {"eager": 1.0, "candidate": 1.0}, checks)
+        assert isinstance(backs, timing_driver.Windows) and backs.calls == 10
+    assert all(calls == 10 == digests for _, calls, digests in checks.picked)
+    assert {index for index, _, _ in checks.picked} == set(range(10))
 
 
 @pytest.mark.xfail(strict=True, reason="open: a candidate that inflates its host time in the blocks (outside its "
-                   "events) shrinks its windows to MIN_CALLS and few replays, whose work then fits under "
+                   "events) shrinks its windows to MIN_CALLS, whose work then fits under "
                    "FIXED_ALLOWANCE_MS: tests/fixtures/cheats/redteam_timing_few_calls_forged_events.py")
 def test_a_slow_host_in_the_blocks_cannot_push_a_windows_work_under_the_allowance():
-    """The driver's own arithmetic (_window_calls, _repeats, Windows.per_call, counted_ms) for a kernel whose
+    """The driver's own arithmetic (_window_calls, Windows.per_call, counted_ms) for a kernel whose
     calls really take 3 us, whose events claim a tenth of that, and which sleeps 5 ms after every timed call
     of a block. The child's window costs the trusted overhead window plus 0.7 ms of the child's own (what the
     H200 measured, timing_driver.FIXED_ALLOWANCE_MS's comment) plus its calls' real work. A correct verifier
@@ -196,15 +190,13 @@ def test_a_slow_host_in_the_blocks_cannot_push_a_windows_work_under_the_allowanc
     samples = {"eager": [eager_ms] * rounds, "candidate": [claimed_ms] * rounds, "candidate_again": [claimed_ms] * rounds}
     parent_block_ms = [rounds * 2 * (5.0 + 0.1)]  # each of a round's two calls: 5 ms slept, 0.1 ms of flush and hold
     calls = timing_driver._window_calls(samples, parent_block_ms, 2000)
-    wall_per_call_ms = sum(parent_block_ms) / (2 * rounds)
-    repeats = timing_driver._repeats(calls, {"eager": eager_ms, "candidate": claimed_ms}, wall_per_call_ms)
     overhead_ms, child_fixed_ms = 0.4, 0.7
-    walls = {name: [overhead_ms + (child_fixed_ms if name == "candidate" else 0.0) + repeats[name] * calls * real_ms] * 3
+    walls = {name: [overhead_ms + (child_fixed_ms if name == "candidate" else 0.0) + calls * real_ms] * 3
              for name in ("eager", "candidate")}
-    backs = timing_driver.Windows(calls, walls, {times: [overhead_ms] * 3 for times in set(repeats.values())}, repeats)
+    backs = timing_driver.Windows(calls, walls, [overhead_ms] * 3)
     counted, clock = counted_ms(claimed_ms, backs.per_call()["candidate"])
-    assert counted >= 0.9 * real_ms, (f"{calls} calls x {repeats['candidate']} replays a window: counted "
-                                      f"{counted:.5f} ms by {clock} for a call of {real_ms} ms")
+    assert counted >= 0.9 * real_ms, (f"{calls} calls a window: counted {counted:.5f} ms by {clock} for a call of "
+                                      f"{real_ms} ms")
 
 
 @pytest.mark.xfail(strict=True, reason="open: every call's values of a back-to-back window are written before its "
