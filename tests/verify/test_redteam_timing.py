@@ -248,10 +248,6 @@ def test_a_problem_whose_inputs_are_all_integers_is_still_timed_on_values_not_se
     assert Pool(sets).fresh, "timed calls of a problem without floating inputs rerun values the candidate has seen"
 
 
-@pytest.mark.xfail(strict=True, reason="open: under the reference's roofline the speedup is the median of event ratios "
-                   "over the checked rounds, but the candidate's clock factor is taken over every round's claims, and the "
-                   "scrutiny block is known to the child by its size: "
-                   "tests/fixtures/cheats/redteam_timing_scrutiny_block_claims.py")
 def test_claims_that_differ_in_the_checked_rounds_gain_nothing():
     """speed.judge_speed on what the parent measures of redteam_timing_scrutiny_block_claims.py: a ReLU whose
     calls really take 2.5 us (the parent's windows say so), eager's 3 us; the candidate claims 1.5x the output

@@ -129,14 +129,12 @@ def _clock_factor(item: TimingStats) -> float:
     return (item.counted_ms or item.median_ms) / item.median_ms if item.median_ms > 0 else 1.0
 
 
-def _speedups(samples: dict[str, list[float]], stats: dict[str, TimingStats], rounds: list[int] | None = None) -> dict[str, float]:
+def _speedups(samples: dict[str, list[float]], stats: dict[str, TimingStats]) -> dict[str, float]:
     """Over each baseline: the median of per-round event ratios (rounds paired in time cancel drift),
-    scaled by each side's clock factor, so that where the events decided both it is theirs exactly."""
-    def pick(values: list[float]) -> list[float]:
-        return values if rounds is None else [values[r] for r in rounds]
-
-    candidate = pick(samples[CANDIDATE])
-    return {name: timing.speedup_from_rounds(pick(values), candidate) * _clock_factor(stats[name]) / _clock_factor(stats[CANDIDATE])
+    scaled by each side's clock factor (from `stats`, made of the same rounds), so that where the events
+    decided both it is theirs exactly."""
+    candidate = samples[CANDIDATE]
+    return {name: timing.speedup_from_rounds(values, candidate) * _clock_factor(stats[name]) / _clock_factor(stats[CANDIDATE])
             for name, values in samples.items() if name not in (CANDIDATE, AGAIN)}
 
 
@@ -198,9 +196,20 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     checked = sorted({r for r in measurement.checked_rounds if 0 <= r < len(candidate)})
     if judgement.less_work_than_reference and checked:
         # Doing less work than the reference can be honest (structure) or a skip: its speed stands
-        # only on calls whose values were fresh and whose outputs the parent checked one by one.
-        judgement.speedups = speedups = _speedups(samples, stats, checked)
+        # only on calls whose values were fresh and whose outputs the parent checked one by one, and
+        # every number of it from those rounds alone, the clock rule's too (claims that differ there,
+        # in a block the child can tell by its size, would otherwise divide one median by another).
+        picked = {name: [values[r] for r in checked] for name, values in samples.items()}
+        picked_stats = summarize_all(picked, measurement.host_ms_per_call, measurement.host_windows_ms,
+                                     measurement.replayed, measurement.window_calls)
+        judgement.speedups = speedups = _speedups(picked, picked_stats)
         judgement.speedup = speedup = speedups.get(EAGER)
+        picked_ms = picked_stats[CANDIDATE].median_ms
+        if roof.get("output_floor_ms") and picked_ms < roof["output_floor_ms"] and not judgement.rejection:
+            judgement.rejection_code = Code.faster_than_possible
+            judgement.rejection = (f"faster than any correct kernel can be: {picked_ms:.4f} ms claimed in the checked "
+                                   f"rounds, but writing its {roof.get('output_bytes', 0):.3g} bytes of output takes at "
+                                   f"least {roof['output_floor_ms']:.4f} ms on {roof.get('peaks', 'this GPU')}")
         judgement.win = timing.is_win(speedup, noise) if speedup else None
         judgement.warnings.append(f"under the reference's roofline: its speed counts only the {len(checked)} timed "
                                   "calls whose outputs were checked")
