@@ -113,22 +113,30 @@ def rehearsal(tmp_path_factory):
     ("redteam_timing_lookup_elementwise", "gelu_scaled.py", "a back-to-back window answered without its forward"),
     ("redteam_timing_deferred_output_phase_oracle", "matmul.py", "a timed output computed when read"),
     ("redteam_timing_memo_integer_inputs", "embedding_gather.py", "a timed call answered from the memo"),
-    ("redteam_timing_batch_window_views", "relu_twice.py", "a window's call answered from its first call's batch"),
 ])
 def test_timed_outputs_made_outside_the_timed_work_pass_every_check_of_the_timed_calls(rehearsal, stem, problem, marker):
-    """Four attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
+    """Three attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
     answers each back-to-back window by writing the answers into its kept copies (no forward call) and its
     blocks' answers before each timed region. The deferred output's forward (no hook: a flag tells it a timed
     call) returns a tensor whose values are computed when the harness first reads them, after the stop event,
     or after a window's calls. The integer memo (no hook, nothing the lint refuses) answers every timed call of
-    a problem without floating inputs from a memo by address, rightly: none of their values is fresh. The batch
-    (no hook either) answers a plain window's calls from its first call's work over all the window's sets. Every
+    a problem without floating inputs from a memo by address, rightly: none of their values is fresh. Every
     digest and every checked call is right, so all are correct. On a GPU the same calls read as little or no
     work (tests/gpu/test_redteam_timing_gpu.py): the checks bind the outputs, never how or when they were made."""
     verdict = rehearsal.verify(Candidate.from_file(CHEATS / f"{stem}.py"), Problem.from_file(PROBLEMS / problem))
     assert verdict.status is Status.correct, verdict.reason
     assert "timed calls picked at random" in verdict.feedback
     assert marker in verdict.stdout_tail, verdict.stdout_tail[-1000:]
+
+
+def test_a_window_batched_from_its_first_call_answers_later_calls_wrong(rehearsal):
+    """redteam_timing_batch_window_views.py computes every set of a plain window on its first call (through the
+    window's one allocation) and answers the later calls with views of that batch. Each call's values are now
+    written just before it, so the batch is of the values the sets held before: a timed call is wrong."""
+    verdict = rehearsal.verify(Candidate.from_file(CHEATS / "redteam_timing_batch_window_views.py"),
+                               Problem.from_file(PROBLEMS / "relu_twice.py"))
+    assert verdict.status is Status.incorrect and verdict.code.value == "wrong_on_timed_call", verdict.reason
+    assert "a window's call answered from its first call's batch" in verdict.stdout_tail
 
 
 # --------------------------------------------------------------------------- open holes (strict xfail)
@@ -199,22 +207,23 @@ def test_a_slow_host_in_the_blocks_cannot_push_a_windows_work_under_the_allowanc
                                       f"{real_ms} ms")
 
 
-@pytest.mark.xfail(strict=True, reason="open: every call's values of a back-to-back window are written before its "
-                   "first call, so one call (or the child) can compute the whole window at once: "
-                   "tests/fixtures/cheats/redteam_timing_batch_window_views.py, "
-                   "redteam_timing_batched_window_forged_events.py")
-def test_a_later_calls_values_do_not_exist_before_the_windows_first_call():
-    """The parent's clock around a window bounds a call's time only if the calls can't be merged: a forward (or
-    a child) that can read call k's values before call 0 has run can batch the window, and the window then
-    reads a batch's throughput. A correct verifier makes each call's values exist only once the call before
-    it has run (written between calls, on the device, or drawn from what the call before returned)."""
+def test_a_later_calls_values_do_not_exist_before_the_windows_call_ahead_of_it():
+    """The parent's clock around a window bounds a call's time only if the calls can't be merged: a forward
+    that could read call k's values before call 0 has run could batch the window. In a plain window (Python
+    between calls) each call's values are written just before the call, after the calls ahead of it were
+    issued on the same stream; a replayed graph runs no candidate code between its calls and is written at once."""
     torch.manual_seed(0)
     pool = Pool([[torch.randn(37, 129)] for _ in range(3)])
     window = Window(pool, 8, pool.buffers())
+    window.prepare(pool.request(30, 8))  # a window before: every set holds its values
     request = pool.request(31, 8)
-    window.prepare(request)  # what harness.back does when a window's request arrives, before its first call
-    ahead = [k for k in range(1, 8) if torch.equal(window.sets[k][0], request.values(k)[0])]
-    assert not ahead, f"calls {ahead}'s values are on the device before call 0 runs"
+    window.prepare(request, each_call=True)  # what harness.back does when a plain window's request arrives
+    for k in range(8):
+        ahead = [j for j in range(k, 8) if torch.equal(window.sets[j][0], request.values(j)[0])]
+        assert not ahead, f"before call {k}: calls {ahead}'s values are already written"
+        assert torch.equal(window.inputs(k)[0], request.values(k)[0])
+    window.prepare(request)  # a replayed window's: all at once
+    assert all(torch.equal(window.sets[j][0], request.values(j)[0]) for j in range(8))
 
 
 @pytest.mark.xfail(strict=True, reason="open: harness.run_one sets declared_precision for checked calls alone, so a "

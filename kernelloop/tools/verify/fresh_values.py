@@ -246,6 +246,7 @@ class Window:
             self.fit = 0  # a strided input keeps its layout: the timing's own buffers, refilled call by call
         self.request: FreshRequest | None = None
         self.count = 0
+        self.each_call = False  # each call's values written just before it (a plain window), not all at once
         self.stacks: dict[int, torch.Tensor] = {}  # input index -> (fit, numel) view, rows WINDOW_ALIGN apart
         if self.fit == 0:
             self.sets = [fallback]
@@ -263,9 +264,15 @@ class Window:
             for k in range(self.fit):
                 self.sets[k][i] = flat[k * pad:k * pad + numel].view(like.shape)
 
-    def prepare(self, request: FreshRequest) -> int:
-        """Write the values of the first calls of `request`, each into a set of its own; how many sets."""
-        self.request, self.count = request, max(1, min(request.calls, self.fit))
+    def prepare(self, request: FreshRequest, each_call: bool = False) -> int:
+        """Write the values of the first calls of `request`, each into a set of its own; how many sets.
+        `each_call` (a plain window, Python between its calls): write none now, each call's values just
+        before it (`inputs`), so no call's values exist before the call ahead of it has been issued and
+        a forward can't compute a later call's answer early (batch the window: redteam_timing_batch_window_views).
+        A replayed graph runs no candidate code between its calls, so its window is written at once."""
+        self.request, self.count, self.each_call = request, max(1, min(request.calls, self.fit)), each_call
+        if each_call:
+            return self.count
         if not self.stacks:
             request.fill(self.sets[0], 0)
         else:
@@ -273,11 +280,12 @@ class Window:
         return self.count
 
     def inputs(self, call: int) -> list:
-        """Call `call`'s inputs: its own set, or (past the sets) the set it reuses, refilled now."""
+        """Call `call`'s inputs: its own set (written now where each call's are), or (past the sets) the
+        set it reuses, refilled now."""
         if self.request is None:
             raise RuntimeError("a window's inputs were asked for before it was prepared")
         inputs = self.sets[call % self.count]
-        if call >= self.count:
+        if self.each_call or call >= self.count:
             self.request.fill(inputs, call)
         return inputs
 

@@ -639,9 +639,10 @@ class _CandidateSession:
 
     def back(self, request: dict[str, Any]) -> dict[str, Any]:
         """Back-to-back calls the parent times; with fresh values, in three steps each ended by a
-        synchronize, all inside the parent's clock: each call's set of its own written, the calls
-        (each output held, nothing else between them), then their outputs kept and digested
-        (timing_driver.py: the trusted job's overhead window does the first and last alone)."""
+        synchronize, all inside the parent's clock: each call's set of its own written (a replayed
+        graph's all at once; a plain window's each just before its call), the calls (each output
+        held, nothing else between them), then their outputs kept and digested (timing_driver.py:
+        the trusted job's overhead window does the writes and the keeping alone)."""
         from kernelloop.tools.profile.timing import back_to_back
 
         fn = self._rounds().fns[CANDIDATE]
@@ -651,11 +652,12 @@ class _CandidateSession:
         if self.window is None:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
         calls, window, kept, model = int(request["calls"]), self.window, self.kept, self.model
+        replay = bool(request.get("graph")) and self.graph is not None and self.graph.calls == calls
         request_values = self.pool.request(int(request["seed"]), calls)
-        window.prepare(request_values)
+        window.prepare(request_values, each_call=not replay)
         synchronize(self.device)
         kept.reset()
-        if request.get("graph") and self.graph is not None and self.graph.calls == calls:
+        if replay and self.graph is not None:
             outputs = self.graph.replay()
             synchronize(self.device)
             if not kept.keep_all(outputs):
@@ -668,7 +670,7 @@ class _CandidateSession:
                 return {"digests": kept.digests()}
             # Its calls return one buffer: from now on each is kept as it ends, and this window again.
             self.keep_each_call = True
-            window.prepare(request_values)
+            window.prepare(request_values, each_call=True)
             kept.reset()
         back_to_back(lambda call: model(*window.inputs(call)), calls, calls,
                      after=lambda output: kept.keep(flatten_outputs(output)))

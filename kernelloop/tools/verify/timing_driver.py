@@ -405,7 +405,7 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
         for name in names:
             backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed))
         if checks is not None:
-            backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True))
+            backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True, replayed))
         seed = TimedChecks.seed()
         request = {"calls": calls, "seed": seed, **({"graph": True} if replayed else {})} if checks else {"calls": calls}
         answer, wall_ms = _ask(session, "back", request, timed=True)
