@@ -242,9 +242,13 @@ def test_a_memo_on_a_problem_without_floating_inputs_is_not_faster(unlinted):
     """No hook, nothing the lint refuses: fresh values are drawn for floating inputs alone, so an embedding
     lookup's timed calls all rerun the indices the candidate has seen, and a memo by address (used only in
     timed calls: the flag of checked calls tells them apart) answers every one, rightly; speed.judge_speed
-    only warns. Expected on current main: FAILS. A verifier that reports no speed for it passes."""
-    judge(unlinted, "redteam_timing_memo_integer_inputs",
-          printed("redteam_timing_memo_integer_inputs: a timed call answered from the memo"), no_speed_ok=True)
+    only warned. Since then a problem whose timed calls rerun seen values gets no speedup at all: neither the
+    cheat nor its honest twin has one to reward."""
+    header = corpus.parse_header(CHEATS / "redteam_timing_memo_integer_inputs.py")
+    for path in (CHEATS / "redteam_timing_memo_integer_inputs.py", header.honest):
+        verdict = _verify(unlinted, path, header.problem)
+        assert verdict.status in CAUGHT or (verdict.status is Status.correct and verdict.speedup is None), \
+            f"{path.name}: {verdict.status.value} {verdict.speedup} ({verdict.reason})"
 
 
 # --------------------------------------------------------------------------- a control: what fresh values promise

@@ -246,15 +246,20 @@ def test_a_forward_cannot_tell_a_checked_call_from_a_timed_one_by_torchs_setting
     assert checked == timed, f"checked calls see {checked}, timed calls {timed}"
 
 
-@pytest.mark.xfail(strict=True, reason="open: fresh values are drawn for floating inputs alone (fresh_values.Pool), "
-                   "and speed.judge_speed only warns: tests/fixtures/cheats/redteam_timing_memo_integer_inputs.py")
-def test_a_problem_whose_inputs_are_all_integers_is_still_timed_on_values_not_seen():
-    """An embedding lookup's only input is its indices: its timed calls rerun the trial set's indices, and a memo
-    (by address, used in timed calls alone) answers them all. A correct verifier draws values the candidate has
-    not seen for such a problem too (new sets of the problem's own), or reports no speed for it; here, the
-    fresh-values pool of its trial sets says whether its timed calls get fresh values."""
+def test_a_problem_whose_timed_calls_rerun_seen_values_gets_no_speedup():
+    """An embedding lookup's only input is its indices: its timed calls rerun the trial sets' indices (an index
+    changes the work, so none is drawn afresh), and a memo by address (redteam_timing_memo_integer_inputs.py)
+    answers them all. Its times are kept, but no speedup: nothing to reward."""
+    from kernelloop.records import Measurement
+    from kernelloop.tools.verify.speed import judge_speed
+
     sets = [[torch.randint(0, 1000, (37, 29), generator=torch.Generator().manual_seed(seed))] for seed in range(3)]
-    assert Pool(sets).fresh, "timed calls of a problem without floating inputs rerun values the candidate has seen"
+    assert not Pool(sets).fresh
+    rounds = 60
+    judged = judge_speed(Measurement(samples_ms={"eager": [0.01] * rounds, "candidate": [0.001] * rounds,
+                                                 "candidate_again": [0.001] * rounds}, fresh_values=False))
+    assert judged.speedup is None and not judged.speedups and not judged.win
+    assert any("no speedup" in w for w in judged.warnings)
 
 
 def test_claims_that_differ_in_the_checked_rounds_gain_nothing():

@@ -214,8 +214,12 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
         judgement.warnings.append(f"under the reference's roofline: its speed counts only the {len(checked)} timed "
                                   "calls whose outputs were checked")
     if measurement.fresh_values is False:
-        judgement.warnings.append("no floating input to draw fresh values for: its timed calls reran values it had "
-                                  "seen (integer inputs are kept as the problem made them)")
+        # Its timed calls reran values it had seen: a memo would read as speed. Its times are kept, no speedup.
+        judgement.speedups, judgement.speedup, judgement.win = {}, None, None
+        speedup = None
+        judgement.warnings.append("no speedup: no floating input to draw fresh values for, so its timed calls reran "
+                                  "values it had seen (integer inputs are kept as the problem made them), and a memo "
+                                  "would read as speed")
     claimed_blocks, parent_blocks = measurement.claimed_block_ms, measurement.parent_block_ms
     impossible = [(c, w) for c, w in zip(claimed_blocks, parent_blocks) if c > w]
     if impossible and not judgement.rejection:
