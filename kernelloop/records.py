@@ -190,7 +190,10 @@ class TimingStats(Record):
     counted_ms: float | None = None  # the time its speed counts (tools/verify/speed.py, counted_ms)
     clock: str = ""  # which clock gave counted_ms: "events" or "parent clock"
     replayed: bool = False  # its back-to-back windows replayed one CUDA graph of the calls (no host work between them)
-    window_calls: int | None = None  # calls in one of its back-to-back windows (a replayed graph's calls times its replays)
+    window_calls: int | None = None  # calls in one of its back-to-back windows
+    # whether its windows hold enough of its claimed work for the parent's clock to bound the claim
+    # (speed.CONFIRMING_WORK times the clock's resolution): None where no window was timed
+    confirmed: bool | None = None
 
 
 @dataclass
@@ -222,6 +225,7 @@ class Measurement(Record):
     host_windows_ms: dict[str, list[float]] = field(default_factory=dict)  # per side, each window's per-call time
     replayed: list[str] = field(default_factory=list)  # sides whose windows replayed one CUDA graph (window_graph.py)
     window_calls: dict[str, int] = field(default_factory=dict)  # per side, the calls in one window
+    clock_resolution_ms: float | None = None  # of a window, what the parent's clock can't attribute to its calls
     back_to_back_calls: int = 0
     # the candidate's per-call work besides its forward (the window's sets written, its output kept,
     # the digests), timed the same way in the trusted job and taken off its back-to-back time

@@ -229,3 +229,22 @@ def test_a_recording_without_the_parent_clock_says_its_speed_is_a_claim():
 def test_a_measurement_with_an_unknown_field_is_refused():
     with pytest.raises(ValueError, match="unknown fields"):
         speed.judge_speed({**recorded("honest"), "made_up": 1})
+
+
+def test_a_window_with_too_little_claimed_work_leaves_the_events_unconfirmed():
+    """The parent's clock resolves a window to about its fixed allowance: a side whose windows hold less than
+    CONFIRMING_WORK times that of claimed work has events the clock could not have caught lying, and the
+    verdict says so (TimingStats.confirmed, and the speed's one line)."""
+    from kernelloop.records import Measurement
+    from kernelloop.tools.verify.speed import CONFIRMING_WORK, judge_speed
+
+    rounds = 60
+    measured = {"samples_ms": {"eager": [0.05] * rounds, "candidate": [0.02] * rounds, "candidate_again": [0.02] * rounds},
+                "host_ms_per_call": {"eager": 0.0, "candidate": 0.0}, "clock_resolution_ms": 1.0}
+    blind = judge_speed(Measurement(**measured, window_calls={"eager": 60, "candidate": 60}))
+    assert blind.timings["candidate"].confirmed is False and blind.timings["eager"].confirmed is False
+    assert "too little for the clock to confirm" in blind.speed_source
+    calls = int(CONFIRMING_WORK / 0.02) + 1
+    seen = judge_speed(Measurement(**measured, window_calls={"eager": calls, "candidate": calls}))
+    assert seen.timings["candidate"].confirmed is True and "confirm" not in seen.speed_source
+    assert judge_speed(Measurement(samples_ms=measured["samples_ms"])).timings["candidate"].confirmed is None

@@ -40,6 +40,9 @@ MIN_NON_LIBRARY_SHARE = 0.01  # below 1% of device time in kernels that aren't a
 HOST_BOUND_RATIO = 1.5  # back to back over events past which the verdict calls a call host-bound (a note, no switch)
 PARENT_CLOCK_SLACK = 0.03  # of a side's events: back-to-back time within this of them is the window's, not the call's
 PARENT_CLOCK_NOISE = 0.05  # the noise of a time counted from a single back-to-back window
+# A side's windows confirm its events where they hold at least this many times the clock's resolution of
+# claimed work: then a claim a fifth under the truth outweighs the resolution and the slack, and shows.
+CONFIRMING_WORK = 4.0
 EVENTS = "events"
 PARENT_CLOCK = "parent clock"
 
@@ -65,7 +68,7 @@ class SpeedJudgement:
 
 def summarize_all(samples_ms: dict[str, list[float]], host_ms: dict[str, float] | None = None,
                   host_windows_ms: dict[str, list[float]] | None = None, replayed: list[str] | None = None,
-                  window_calls: dict[str, int] | None = None) -> dict[str, TimingStats]:
+                  window_calls: dict[str, int] | None = None, resolution_ms: float | None = None) -> dict[str, TimingStats]:
     """Each callable's event statistics, with its back-to-back time where the parent measured one,
     and the time the clock rule counts (`counted_ms`, `clock`)."""
     stats = {name: timing.summarize(name, values) for name, values in samples_ms.items()}
@@ -79,6 +82,8 @@ def summarize_all(samples_ms: dict[str, list[float]], host_ms: dict[str, float] 
         item.counted_ms, item.clock = counted_ms(item.median_ms, item.host_ms_per_call)
         item.replayed = item.name in (replayed or [])
         item.window_calls = (window_calls or {}).get(item.name)
+        if item.window_calls and resolution_ms is not None:
+            item.confirmed = item.window_calls * item.median_ms >= CONFIRMING_WORK * resolution_ms
     return stats
 
 
@@ -119,8 +124,9 @@ def clock_line(stats: dict[str, TimingStats], names: list[str]) -> str:
             parts.append(f"{name} by the parent's clock, {item.counted_ms:.4f} ms a call {how} "
                          f"(its events {item.median_ms:.4f} ms)")
         else:
+            unconfirmed = "; a window's claimed work too little for the clock to confirm" if item.confirmed is False else ""
             parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call ({how}{':' if item.window_calls else ''} "
-                         f"{host:.4f} ms)")
+                         f"{host:.4f} ms{unconfirmed})")
     return "; ".join(parts)
 
 
@@ -153,7 +159,7 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     measurement = Measurement.model_validate(measured)
     samples = measurement.samples_ms
     stats = summarize_all(samples, measurement.host_ms_per_call, measurement.host_windows_ms, measurement.replayed,
-                          measurement.window_calls)
+                          measurement.window_calls, measurement.clock_resolution_ms)
     stats[CANDIDATE].overhead_ms_per_call = measurement.fresh_overhead_ms_per_call
     candidate = samples[CANDIDATE]
     speedups = _speedups(samples, stats)
@@ -201,7 +207,7 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
         # in a block the child can tell by its size, would otherwise divide one median by another).
         picked = {name: [values[r] for r in checked] for name, values in samples.items()}
         picked_stats = summarize_all(picked, measurement.host_ms_per_call, measurement.host_windows_ms,
-                                     measurement.replayed, measurement.window_calls)
+                                     measurement.replayed, measurement.window_calls, measurement.clock_resolution_ms)
         judgement.speedups = speedups = _speedups(picked, picked_stats)
         judgement.speedup = speedup = speedups.get(EAGER)
         picked_ms = picked_stats[CANDIDATE].median_ms

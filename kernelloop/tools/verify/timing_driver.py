@@ -187,6 +187,7 @@ def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int |
     launches = claimed_profile.get("launches")
     judged = judge_speed(Measurement(
         samples_ms=samples, host_ms_per_call=backs.per_call(), host_windows_ms=backs.per_window,
+        window_calls={name: calls for name in backs.walls}, clock_resolution_ms=FIXED_ALLOWANCE_MS,
         back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
@@ -291,6 +292,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
     judged = judge_speed(Measurement(
         samples_ms=samples, host_ms_per_call=backs.per_call(), host_windows_ms=backs.per_window,
         replayed=[*names, CANDIDATE] if replayed else [], window_calls={name: calls for name in backs.walls},
+        clock_resolution_ms=FIXED_ALLOWANCE_MS,
         back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
         fresh_overhead_ms_per_call=backs.overhead_ms_per_call(),
         checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")),
