@@ -112,7 +112,10 @@ def _numbers(verdict, started: float) -> dict:
             "host_ms": cand.host_ms_per_call if cand else None, "eager_host_ms": eager.host_ms_per_call if eager else None,
             "overhead_ms": cand.overhead_ms_per_call if cand else None,
             "fixed_s": verdict.cost_s.get("fixed_s"), "timing_s": verdict.cost_s.get("timing_s"),
-            "wall_s": time.perf_counter() - started, "reason": verdict.reason[:120],
+            "wall_s": time.perf_counter() - started,
+            # a verdict other than correct keeps its whole reason and where it was wrong (an honest kernel's is a bug)
+            "reason": verdict.reason if verdict.status.value != "correct" else verdict.reason[:120],
+            "feedback": verdict.feedback[-3000:] if verdict.status.value != "correct" else "",
             "phases_s": {k: round(v, 3) for k, v in verdict.cost_s.items() if k.startswith("phase_")}}
 
 
