@@ -50,13 +50,16 @@ console = Console()
 
 
 def _open_pool(device: str, ray: str | None, workspace: Path | None, timing: bool = True,
-               workers_per_gpu: int = 1, fresh_timing: bool = True, limits: dict | None = None) -> VerifierPool:
+               workers_per_gpu: int = 1, fresh_timing: bool = True, limits: dict | None = None,
+               compile_workers: int | None = None) -> VerifierPool:
     """The verifier workers of this bench: workers_per_gpu per local GPU (or the CPU), or Ray actors with
-    --ray; `limits`: the settings' compile and run limits of a candidate's job (Settings.limits)."""
+    --ray; `limits`: the settings' compile and run limits of a candidate's job (Settings.limits);
+    `compile_workers`: the local compile stage's build jobs (None: one a core; 0: none)."""
     from kernelloop.tools.verify.pool import make_pool
 
     return make_pool(device, ray, workspace=workspace, workers_per_device=workers_per_gpu, time_it=timing,
-                     fresh_timing=fresh_timing, **(limits or {}))
+                     fresh_timing=fresh_timing, **({"compile_workers": compile_workers} if ray is None else {}),
+                     **(limits or {}))
 
 
 class _PoolLease:
@@ -192,6 +195,9 @@ def bench(
     fresh_timing: bool = typer.Option(True, "--fresh-timing/--no-fresh-timing", help=FRESH_TIMING_HELP),
     workers_per_gpu: int = typer.Option(1, "--workers-per-gpu", min=1, help="verifier workers sharing each GPU "
                                         "(more than 1 needs --no-timing: a timed candidate has its GPU alone)"),
+    compile_workers: int | None = typer.Option(None, "--compile-workers", min=0, help="build jobs of the compile "
+                                               "stage ahead of the verifiers (default: one a core; 0: none, and "
+                                               "candidates are taken strictly in turn)", show_default=False),
     stop_after: str | None = typer.Option(None, "--stop-after", help="start no candidate after this long (e.g. 8m); "
                                           "what ran is written and a rerun goes on", show_default=False),
     out: Path | None = typer.Option(None, "--out", help="output dir (default WORKSPACE/bench/SUITE-MODE); reruns resume"),
@@ -221,6 +227,8 @@ def bench(
         fail_usage(f"--workers-per-gpu {workers_per_gpu} needs --no-timing: a timed candidate has its GPU alone")
     if workers_per_gpu > 1 and ray is not None:
         fail_usage("--workers-per-gpu is for local GPUs; --ray has one actor per GPU")
+    if compile_workers is not None and ray is not None:
+        fail_usage("--compile-workers is for local GPUs; a Ray cluster's actors build their own")
     from kernelloop.config.units import parse_duration_s
 
     try:
@@ -263,7 +271,8 @@ def bench(
             resolve_devices(device)  # a bad --device is a usage error before any worker starts
         endpoint = EndpointConfig.resolve(base_url, model, api_key) if mode is Mode.agent else None
         # PoolError: no GPU, no Ray, no cluster, a GPU shared for timing (in seconds)
-        pool = _open_pool(device, ray, space, timing, workers_per_gpu, fresh_timing, chosen_settings.limits.model_dump())
+        pool = _open_pool(device, ray, space, timing, workers_per_gpu, fresh_timing, chosen_settings.limits.model_dump(),
+                          compile_workers)
     except ValueError as exc:  # ProblemError, ConfigError, PoolError: one line
         fail_usage(str(exc).splitlines()[0])
     for line in chosen.skipped:  # a pipe, a symlink, a device among the problems: that one is left out
