@@ -58,8 +58,7 @@ def _open_pool(device: str, ray: str | None, workspace: Path | None, timing: boo
     from kernelloop.tools.verify.pool import make_pool
 
     return make_pool(device, ray, workspace=workspace, workers_per_device=workers_per_gpu, time_it=timing,
-                     fresh_timing=fresh_timing, **({"compile_workers": compile_workers} if ray is None else {}),
-                     **(limits or {}))
+                     fresh_timing=fresh_timing, compile_workers=compile_workers, **(limits or {}))
 
 
 class _PoolLease:
