@@ -243,6 +243,7 @@ def tables(out: dict) -> str:
         lines.append(f"speedup/events: median {statistics.median(ratios):.3f}, worst |ratio - 1| "
                      f"{max(abs(r - 1) for r in ratios):.3f}; spread worst {max(spreads):.3f}; fixed cost median on "
                      f"{_f(_med(fixed['on']), '.3f')} s, off {_f(_med(fixed['off']), '.3f')} s")
+    lines += _phase_table(out)
     if out["memos"]:
         lines += ["", "(c) memo fixtures, default settings: static rules on, off, the honest twin (speedup, clock)",
                   f"{'memo':34} {'rules on':>28} {'rules off':>28} {'twin':>7} {'off/twin':>8}"]
@@ -254,6 +255,29 @@ def tables(out: dict) -> str:
         lines.append(f"{stem[:34]:34} {cell(row.get('on')):>28} {cell(row.get('off')):>28} {_f(twin):>7} "
                      f"{_f(unlinted / twin if unlinted and twin else None):>8}")
     return "\n".join(lines)
+
+
+def _phase_table(out: dict) -> list[str]:
+    """(d) where a run kept each verdict's phases: the timing phase's parts, median seconds, fresh timing on/off
+    (baselines set up, the rounds, the back-to-back windows; with fresh timing off the rounds are inside
+    "timing"), and the whole verification's wall time."""
+    parts = ("phase_baselines_s", "phase_rounds_s", "phase_timing_s")
+    rows = {stem: runs for stem, runs in out["examples"].items()
+            if any(r.get("phases_s") for r in runs["on"] + runs["off"])}
+    if not rows:
+        return []
+    lines = ["", "(d) the timing phase's parts, median seconds a verification, fresh timing on/off: baselines set up, "
+                 "rounds (on only: off, they are inside timing), windows (timing), and the verification's wall time",
+             f"{'candidate':28} {'baselines':>11} {'rounds':>6} {'timing':>11} {'wall':>11}"]
+    for stem, runs in rows.items():
+        med = {k: {f: _med([(r.get("phases_s") or {}).get(f) for r in runs[k] if (r.get("phases_s") or {}).get(f) is not None])
+                   for f in parts} for k in ("on", "off")}
+        wall = {k: _med([r["wall_s"] for r in runs[k]]) for k in ("on", "off")}
+        lines.append(f"{stem[:28]:28} {_f(med['on']['phase_baselines_s'], '.2f'):>5}/{_f(med['off']['phase_baselines_s'], '.2f'):<5} "
+                     f"{_f(med['on']['phase_rounds_s'], '.2f'):>6} "
+                     f"{_f(med['on']['phase_timing_s'], '.2f'):>5}/{_f(med['off']['phase_timing_s'], '.2f'):<5} "
+                     f"{_f(wall['on'], '.2f'):>5}/{_f(wall['off'], '.2f'):<5}")
+    return lines
 
 
 def write_report(folder: Path) -> None:
