@@ -2,7 +2,8 @@
 # Speed you can trust by default, on one GPU, in parts that each fit one 10-minute device call:
 #   bash benchmarks/gpu_trusted_speed.sh examples    # 13 shipped examples x5, once with fresh timing off (its cost)
 #   bash benchmarks/gpu_trusted_speed.sh starters    # the 10 attention starters x5, and the memo fixtures
-#   bash benchmarks/gpu_trusted_speed.sh tests       # the timed-checks GPU tests and the timing attacks of the corpus
+#   bash benchmarks/gpu_trusted_speed.sh tests       # the timed-checks GPU tests and the timing cheats of the corpus
+#   bash benchmarks/gpu_trusted_speed.sh redteam     # the red team's timing attacks (tests/gpu/test_redteam_timing_gpu.py)
 #   bash benchmarks/gpu_trusted_speed.sh bench [LB]  # bench with timing over the first 40 leaderboard solutions
 # Carry .whl (pydantic and friends) and .debs (bubblewrap), and for `bench` the leaderboard checkout as lb/
 # (benchmarks/gpu_leaderboard.sh says how). Results land in $OUT/speed; copy fresh_values.json (and a notes.md
@@ -29,12 +30,15 @@ case "${1:-examples}" in
     timeout 560 python3 benchmarks/fresh_values.py --only $STARTERS $MEMOS --reps 5 --off 0 --budget-s 520 \
       --out "$OUT/speed" 2>&1 | tee "$OUT/speed/log.txt" | tail -35 ;;
   tests)
-    # the timed checks, the red team's timing attacks, and the corpus's timing cheats judged when timed
+    # the timed checks, and the corpus's timing cheats judged when timed
     timeout 560 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 300 --tb=line -rfE \
-      tests/gpu/test_timed_checks_gpu.py $(ls tests/gpu/test_redteam_timing_gpu.py 2>/dev/null) \
-      "tests/gpu/test_adversarial_gpu.py::test_fixture_gets_its_verdict_when_timed" \
-      -k "test_timed_checks_gpu or test_redteam_timing_gpu or memo or forge or timer or precompute or stale" \
+      tests/gpu/test_timed_checks_gpu.py "tests/gpu/test_adversarial_gpu.py::test_fixture_gets_its_verdict_when_timed" \
+      -k "test_timed_checks_gpu or memo or forge or timer or precompute or stale" \
       2>&1 | tee "$OUT/speed/gpu_tests.log" | tail -30 ;;
+  redteam)
+    # the red team's attacks on the timing protocol, each against its honest twin
+    timeout 560 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 300 --tb=short -rfEs \
+      tests/gpu/test_redteam_timing_gpu.py 2>&1 | tee "$OUT/speed/redteam_tests.log" | tail -60 ;;
   bench)
     LB="${2:-lb}"
     python3 - "$LB" "$OUT/speed/first40.json" <<'PY'
@@ -48,5 +52,5 @@ PY
       --no-progress > "$OUT/speed/bench.out" 2> "$OUT/speed/bench.log"
     echo "bench exit $? in $(( $(date +%s) - started )) s"; tail -12 "$OUT/speed/bench.out"
     tar -czf "$OUT/speed/bench.tgz" -C "$OUT/speed" bench && rm -rf "$OUT/speed/bench" ;;
-  *) echo "parts: examples, starters, tests, bench [LB]"; exit 2 ;;
+  *) echo "parts: examples, starters, tests, redteam, bench [LB]"; exit 2 ;;
 esac
