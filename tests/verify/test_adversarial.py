@@ -169,9 +169,23 @@ _OPEN = {
     "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
                              "from a value it made itself, and numpy's work records no torch op (the verdict says "
                              "\"in-process claim\"; --strict-claims refuses it)",
+    "review35_first_set_honest_rest_torch": "the op records and the decoy runs are taken on the first input set "
+                                            "alone (harness trials/decoy_runs), so a lint-clean forward that "
+                                            "recognises that set (a reference to its first input, compared with "
+                                            "later ones) runs its own kernel only there and torch's relu on every "
+                                            "other trial set and the fresh set: judged correct, no library op named",
+    "review35_pybind_namespace_alias_eval": "native_scan holds only the roots spelled py:: and pybind11:: to "
+                                            "PY_ALLOWED: `namespace p = pybind11;` then p::module_::import (in a "
+                                            "macro body) and p::getattr reach builtins.exec from lint-clean C++, "
+                                            "which rewrites the op records and the decoy runs: torch's relu judged "
+                                            "correct",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
+OPEN_WITHOUT_RULES["review35_claimed_cost_keys_control_text"] = (
+    "claims.claimed_seconds cuts a claimed cost's key to 64 characters but keeps its characters, and "
+    "Verdict._kept_text does not clean cost_s's keys: a lone surrogate (no UTF-8 sink takes the verdict) and "
+    "terminal escapes reach verdict.cost_s")
 
 
 def _open_marks(path: Path, open_attacks: dict[str, str]) -> list:
