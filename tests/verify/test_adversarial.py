@@ -182,10 +182,6 @@ _OPEN = {
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
-OPEN_WITHOUT_RULES["review35_claimed_cost_keys_control_text"] = (
-    "claims.claimed_seconds cuts a claimed cost's key to 64 characters but keeps its characters, and "
-    "Verdict._kept_text does not clean cost_s's keys: a lone surrogate (no UTF-8 sink takes the verdict) and "
-    "terminal escapes reach verdict.cost_s")
 
 
 def _open_marks(path: Path, open_attacks: dict[str, str]) -> list:

@@ -3,10 +3,12 @@ numbers the parent measures itself (a claim may add to a verdict's cost report, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 MAX_CLAIMED_SECONDS = 1e10  # a number the child reports above this (or not finite) is dropped, not believed
 MAX_CLAIMED_KEYS = 64  # seconds a child may report; the rest are dropped (thousands would bloat every verdict)
+CLAIMED_KEY = re.compile(r"[A-Za-z0-9_]{1,64}")  # what a claimed cost's name may be
 # cost_s entries the parent measures (with phase_*): a child's claim of one is dropped, never believed
 PARENT_COSTS = frozenset({"compare_s", "reference_s", "timing_s", "baselines_import_s", "baselines_build_s", "child_s",
                           "total_s", "exit_s", "fixed_s", "baselines_cached_at", "baselines_cache_stored",
@@ -22,7 +24,9 @@ def claimed_seconds(raw: object, names: Collection[str] | None = None) -> dict[s
         return {}
     kept: dict[str, float] = {}
     for key, value in raw.items():
-        name = str(key)[:64]
+        name = str(key)
+        if not CLAIMED_KEY.fullmatch(name):  # a name, not text: no escapes or unencodable characters in a verdict
+            continue
         if (names is None or name in names) and name not in PARENT_COSTS and not name.startswith("phase_") \
                 and isinstance(value, (int, float)) and not isinstance(value, bool) \
                 and 0 <= value < MAX_CLAIMED_SECONDS:  # NaN fails too
