@@ -174,11 +174,6 @@ _OPEN = {
                                             "recognises that set (a reference to its first input, compared with "
                                             "later ones) runs its own kernel only there and torch's relu on every "
                                             "other trial set and the fresh set: judged correct, no library op named",
-    "review35_pybind_namespace_alias_eval": "native_scan holds only the roots spelled py:: and pybind11:: to "
-                                            "PY_ALLOWED: `namespace p = pybind11;` then p::module_::import (in a "
-                                            "macro body) and p::getattr reach builtins.exec from lint-clean C++, "
-                                            "which rewrites the op records and the decoy runs: torch's relu judged "
-                                            "correct",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)

@@ -136,6 +136,11 @@ PY_ALLOWED = frozenset({"arg", "arg_v", "module", "module_", "call_guard", "gil_
                         "return_value_policy", "overload_cast", "kw_only", "pos_only", "reference_internal", "move",
                         "copy", "reference", "automatic", "take_ownership"})
 DENIED_MEMBER_CALLS = frozenset({"attr", "import", "ptr", "eval", "exec", "import_", "def_submodule"})
+# pybind11's ways into the interpreter, refused under whatever root they are reached by (an alias, a macro's
+# parameter): none is a member of a namespace kernels need.
+PY_REACHING = frozenset({"import", "getattr", "hasattr", "setattr", "delattr", "globals", "eval", "exec", "eval_file",
+                         "exec_file", "reinterpret_borrow", "reinterpret_steal", "module_", "builtins", "capsule",
+                         "cpp_function", "object", "handle"})
 # libc names an own declaration may not take: its own `write(float*)` leaves libc's `write(int, ...)` a call away.
 LIBC_NAMES = frozenset("""
 read write pread pwrite readv writev open openat close creat dup dup2 dup3 fcntl ioctl lseek mmap munmap mprotect
@@ -187,6 +192,25 @@ class _Source:
                 code_lines.append(line)
         self.tokens = [m.group(0) for m in _TOKEN.finditer("\n".join(code_lines)) if not m.group("num")]
         self.own = self._own_names()
+        self.aliases = self._aliases()
+
+    def _aliases(self) -> dict[str, str]:
+        """Names that stand for a namespace: `namespace cg = cooperative_groups;`, `#define P pybind11`; each to
+        the first name of what it stands for (its root), so a qualified name is judged by what it reaches."""
+        aliases: dict[str, str] = {}
+        for directive in self.directives:
+            found = re.match(r"#\s*define\s+(\w+)\s+(?:::\s*)?(\w+)\s*(?:::.*)?$", directive)
+            if found:
+                aliases[found.group(1)] = found.group(2)
+        tokens = self.tokens
+        for i, token in enumerate(tokens[:-3]):
+            if token == "namespace" and _NAME.fullmatch(tokens[i + 1]) and tokens[i + 2] == "=":
+                j = i + 3 + (tokens[i + 3] == "::")
+                if j < len(tokens) and _NAME.fullmatch(tokens[j]):
+                    aliases[tokens[i + 1]] = tokens[j]
+        for _ in range(len(aliases)):  # an alias of an alias
+            aliases = {name: aliases.get(root, root) for name, root in aliases.items()}
+        return aliases
 
     def _own_names(self) -> set[str]:
         own: set[str] = set()
@@ -346,9 +370,11 @@ def first_unknown(text: str) -> str | None:
                 return f"`.{token}` reaches the Python interpreter"
             continue
         if before == "::":
-            root = _qualified_root(tokens, i)
+            root = source.aliases.get(_qualified_root(tokens, i), _qualified_root(tokens, i))
             if i < 2 or not (_NAME.fullmatch(tokens[i - 2]) or tokens[i - 2] == ">"):
                 return f"`::{token}` names the global namespace (the C library), not something kernels need"
+            if token in PY_REACHING and root not in ("py", "pybind11"):
+                return f"`{root}::{token}` reaches the Python interpreter"
             if root in ("py", "pybind11"):
                 if token not in PY_ALLOWED:
                     return f"`{root}::{token}` reaches the Python interpreter (a module definition needs only m.def)"
