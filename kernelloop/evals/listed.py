@@ -47,7 +47,13 @@ class Leaderboard:
         return (self.source / path).read_text()
 
     def commit(self) -> str:
+        """The source's commit, or "unknown" (a checkout with no history of its own: an archive unpacked
+        inside another repository must not report that repository's commit)."""
         git = ["git", "--git-dir", str(self.source)] if self.bare else ["git", "-C", str(self.source)]
+        if not self.bare:
+            top = subprocess.run([*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+            if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(self.source).resolve():
+                return "unknown"
         found = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
         return found.stdout.strip() if found.returncode == 0 else "unknown"
 

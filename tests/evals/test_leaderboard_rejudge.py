@@ -56,3 +56,18 @@ def test_a_check_a_shared_gpu_can_cause_is_marked_for_a_check_alone(tmp_path):
     (tmp_path / "verdicts_t.jsonl").write_text(json.dumps(row) + "\n")
     (tmp_path / "runs.json").write_text(json.dumps({"t": {"workers_per_gpu": 8, "timing": False}}))
     assert "out_of_memory: CUDA out of memory (may come from sharing the GPU: check alone)" in script.report(tmp_path)
+
+
+def test_a_leaderboard_unpacked_inside_another_repository_has_no_commit_of_its_own(tmp_path):
+    """An archive unpacked in a project's tree (lb/ in a checkout) must not report the project's commit as its own."""
+    import subprocess
+
+    from kernelloop.evals.listed import Leaderboard
+
+    outer = tmp_path / "project"
+    (outer / "lb").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                    "-m", "x"], check=True)
+    assert Leaderboard(outer / "lb").commit() == "unknown"
+    assert len(Leaderboard(outer).commit()) == 40  # its own checkout: its commit
