@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from kernelloop.config import defaults
-from kernelloop.problem import Candidate, read_source, sha256_text
+from kernelloop.problem import Candidate, ProblemError, read_source, sha256_text
 
 ATTENTION_PROBLEMS = Path(__file__).resolve().parent / "evals" / "problems" / "attention"
 ATTENTION_STARTERS = Path(__file__).resolve().parents[1] / "examples" / "attention_candidates"
@@ -56,6 +56,10 @@ def _no_starter(problem_name: str) -> str:
 
 def _from_file(path: Path, choice: str, line: str) -> StartRecord:
     source = read_source(path, "kernel")  # missing, a directory, oversized or not UTF-8: a one-line ProblemError
+    # A start goes into the model's prompts: only a kernel may (never a settings file's secrets, say).
+    problem = Candidate.from_source(source).syntax_error()
+    if problem is not None:
+        raise ProblemError(f"start {path}: not a kernel to start from ({problem})")
     return StartRecord(choice=choice, path=str(path.resolve()), source=source, sha256=sha256_text(source), line=line)
 
 

@@ -24,6 +24,7 @@ from kernelloop.config.settings import Settings
 from kernelloop.config.units import Device
 from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
 from kernelloop.records import Code, Status, Verdict
+from kernelloop.sandbox.redact import SETTINGS_FILES
 from kernelloop.starts import StartRecord, resolve_start
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -255,6 +256,9 @@ def confined(request: RequestT, settings: Settings) -> RequestT:
         if resolved.is_relative_to(workspace):
             raise RequestError(f"{name} {safe_text.one_line(str(value), 300)!r} is in the server's workspace, "
                                "which a caller may not read; give its text instead")
+        if resolved.name in SETTINGS_FILES:  # the operator's settings (its key among them) are never a caller's file
+            raise RequestError(f"{name} {safe_text.one_line(str(value), 300)!r} is a settings file, which a caller "
+                               "may not name")
         updates[name] = str(resolved)
     return request.model_copy(update=updates)
 

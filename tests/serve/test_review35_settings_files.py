@@ -60,9 +60,6 @@ def _start(manager: JobManager, arguments: dict) -> tuple[bool, str]:
     return anyio.run(session)
 
 
-@pytest.mark.xfail(strict=True, reason="open: serve/requests.confined lets a caller name the operator's ./.env (inside "
-                   "the default file root, the working dir, outside the workspace) as a warm start; starts._from_file "
-                   "reads any text and the planner sends it to the caller's endpoint: the server's key, in the prompt")
 def test_a_callers_endpoint_never_gets_the_operators_dotenv_as_a_start(operator_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELLOOP_ALLOW_CALLER_ENDPOINTS", "true")
     with FakeOpenAIServer(_script()) as callers:
