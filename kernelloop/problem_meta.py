@@ -155,14 +155,14 @@ def source_workload_names(source: str) -> list[str]:
             returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
             if len(returned) != 1 or not isinstance(returned[0], ast.Dict):
                 return []
-            keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
-                    for k in returned[0].keys]
-            if None in keys:
+            pairs = returned[0]
+            if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in pairs.keys):
                 return []
-            named = [k for k, v in zip(keys, returned[0].values) if isinstance(v, ast.Name) and v.id == "get_inputs"]
+            keys = [str(k.value) for k in pairs.keys if isinstance(k, ast.Constant)]
+            named = [k for k, v in zip(keys, pairs.values) if isinstance(v, ast.Name) and v.id == "get_inputs"]
             if named:
-                return [named[0], *(k for k in keys if k != named[0])]  # type: ignore[misc]
-            return [DEFAULT_WORKLOAD, *keys]  # type: ignore[list-item]
+                return [named[0], *(k for k in keys if k != named[0])]
+            return [DEFAULT_WORKLOAD, *keys]
     return []
 
 

@@ -162,6 +162,10 @@ def _metric_tables(summary: BenchSummary) -> list[str]:
     return lines + [""] + _workload_table(summary)
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
 def _workload_table(summary: BenchSummary) -> list[str]:
     """Problems with workloads (get_workloads): each workload's status, speed and times; the per-problem
     speedups above are their geometric mean. Nothing for a suite without any."""
@@ -174,11 +178,10 @@ def _workload_table(summary: BenchSummary) -> list[str]:
              "| problem | workload | status | vs eager | candidate ms | eager ms | note |", "|---" * 7 + "|"]
     for row in rows:
         for name, result in row.workloads.items():
-            times = result.times_ms
-            ms = lambda side: f"{times[side]:.4f}" if side in times else "-"  # noqa: E731
+            candidate, eager = (_ms(result.times_ms.get(side)) for side in ("candidate", EAGER))
             note = "slowest" if name == row.slowest_workload else result.reason
             lines.append(f"| {md_cell(row.problem)} | {md_cell(name)} | {result.status.value} | {_x(result.speedup)} | "
-                         f"{ms('candidate')} | {ms(EAGER)} | {md_cell(note)} |")
+                         f"{candidate} | {eager} | {md_cell(note)} |")
     return lines + [""]
 
 

@@ -17,7 +17,7 @@ from kernelloop.records import Code, Status, TimingStats, Verdict, WorkloadResul
 from kernelloop.tools.verify.compare import Comparison
 from kernelloop.tools.verify.speed import SpeedJudgement
 from kernelloop.tools.verify.timing_driver import Rehearsed
-from kernelloop.tools.verify.workloads import Layout, combine, geometric_mean, slowest
+from kernelloop.tools.verify.workloads import Layout, combine, geometric_mean
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PROBLEMS = FIXTURES / "problems"

@@ -268,7 +268,7 @@ class ReferenceJob:
         save_sets(request["outputs_path"], outputs)
         with torch.no_grad():
             round_off = roundoff_errors(self.double_model, to_device(sets[0], self.device), outputs[0], self.tolerance, rng)
-        answer = {"sets": len(sets), "ops": self.ops, "op_work": self.work,
+        answer: dict[str, Any] = {"sets": len(sets), "ops": self.ops, "op_work": self.work,
                   "warnings": degenerate_output_warnings(outputs[0]), "round_off": sorted(round_off.items())}
         if with_workloads:  # which sets are whose, for the parent to name the workload a set belongs to
             answer["workloads"] = [[name, b - a] for name, (a, b) in self.layout.items()]

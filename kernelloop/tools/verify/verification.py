@@ -351,7 +351,7 @@ class Verification:
         if not session.send({"workload": {"name": name}}):
             return False
         answer = session.receive()
-        return bool(answer) and isinstance(answer.get("workload"), dict)
+        return answer is not None and isinstance(answer.get("workload"), dict)
 
     def _with_workloads(self, verdict: Verdict) -> Verdict:
         """A problem with workloads: each workload's result (right on its sets; where timed, its speed)

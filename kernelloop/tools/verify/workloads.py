@@ -37,11 +37,12 @@ class Layout:
         """The trusted job's layout, checked against the names it sent when ready and the sets made."""
         if raw is None and not names:
             return cls()
-        ok = (isinstance(raw, list) and all(isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-                                            and isinstance(item[1], int) and item[1] > 0 for item in raw))
-        if not ok or [item[0] for item in raw] != names or sum(item[1] for item in raw) != sets:  # type: ignore[union-attr]
+        items = raw if isinstance(raw, list) else []
+        ok = bool(items) and all(isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                                 and isinstance(item[1], int) and item[1] > 0 for item in items)
+        if not ok or [item[0] for item in items] != names or sum(item[1] for item in items) != sets:
             raise ProblemError(f"{where}: the trusted job's workload sets don't match its workloads")
-        return cls(tuple((str(name), int(count)) for name, count in raw))  # type: ignore[union-attr]
+        return cls(tuple((str(name), int(count)) for name, count in items))
 
     @property
     def names(self) -> list[str]:
