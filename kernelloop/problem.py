@@ -1,9 +1,10 @@
 """Problems and candidates: load, validate, hash.
 
 A problem is a KernelBench-format Python file: `class Model(nn.Module)`, `get_inputs()`,
-`get_init_inputs()`, and optionally `get_baselines()`, `TOLERANCE`, `get_input_variants()`, and
+`get_init_inputs()`, and optionally `get_baselines()`, `TOLERANCE`, `get_input_variants()`,
 `INPUT_SCALES` (factors the floating inputs may be scaled by and stay valid: the verifier checks
-those too, so an approximation exact only on the usual range fails).
+those too, so an approximation exact only on the usual range fails), and `get_workloads()` (named
+input makers, each judged and timed: problem_meta.workloads).
 A problem is code. The user's own (`trusted`, the default) is imported here to check it; one from
 outside (`trusted=False`: an MCP or LangChain caller's, a directory bench was pointed at) is only
 parsed here and runs only in its trusted job, in the sandbox (problem_meta.py).
@@ -30,7 +31,14 @@ from typing import Any
 from kernelloop import source_ast
 from kernelloop.config import defaults
 from kernelloop.errors import ProblemError, error_line
-from kernelloop.problem_meta import OPTIONAL, check_module, check_source, checked_tolerance
+from kernelloop.problem_meta import (
+    OPTIONAL,
+    check_module,
+    check_source,
+    checked_tolerance,
+    source_workload_names,
+    workloads,
+)
 from kernelloop.records import Code
 from kernelloop.source_file import SourceFileError, read_source_bytes
 
@@ -121,6 +129,16 @@ class Problem:
     @property
     def tolerance(self) -> dict[str, Any]:
         return checked_tolerance(getattr(self.module, "TOLERANCE", None), str(self.path))
+
+    @property
+    def workload_names(self) -> list[str]:
+        """The workloads a verification judges, get_inputs()'s first; [] for a problem without
+        get_workloads (one workload, as KernelBench's). A problem from outside: read off its source."""
+        if not self.trusted:
+            return source_workload_names(self.source)
+        if not hasattr(self.module, "get_workloads"):
+            return []
+        return [name for name, _ in workloads(self.module, str(self.path))]
 
     @property
     def extras(self) -> list[str]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import re
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -22,7 +24,10 @@ from kernelloop import source_ast
 from kernelloop.errors import ProblemError
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES")
+OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES", "get_workloads")
+DEFAULT_WORKLOAD = "default"  # get_inputs()'s name, unless get_workloads names it (maps a name to get_inputs)
+MAX_WORKLOADS = 16  # each is judged and timed in every verification: a bound on what one problem costs
+_WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 TOLERANCE_KEYS = ("atol", "rtol", "rel", "median_rel", "bias")
 _TOLERANCE_EXAMPLE = "{'float32': {'atol': 1e-4, 'rtol': 1e-4}}"
 
@@ -74,6 +79,7 @@ def check_module(module: ModuleType, where: str) -> None:
                for p in inspect.signature(obj).parameters.values()):
             raise ProblemError(f"{where}: {fn}() must take no arguments")
     checked_tolerance(getattr(module, "TOLERANCE", None), where)
+    workloads(module, where)
     scales = getattr(module, "INPUT_SCALES", ())
     if not (isinstance(scales, (tuple, list)) and all(isinstance(x, (int, float)) and x > 0 for x in scales)):
         raise ProblemError(f"{where}: INPUT_SCALES must be a tuple of positive numbers like (1e-3, 1e3)")
@@ -101,7 +107,79 @@ def checked_tolerance(raw: object, where: str) -> dict[str, dict[str, float]]:
     return checked
 
 
+def workloads(module: ModuleType, where: str) -> list[tuple[str, Callable[[], Any]]]:
+    """The problem's workloads in order, get_inputs() first: [(name, zero-argument function)].
+    Without get_workloads, one: ("default", get_inputs). get_workloads() maps a name to a function
+    that returns inputs as get_inputs() does; the name mapped to get_inputs itself names the
+    default, which is otherwise added first as "default". A bad one is a one-line ProblemError."""
+    default = module.get_inputs
+    if not hasattr(module, "get_workloads"):
+        return [(DEFAULT_WORKLOAD, default)]
+    if not callable(module.get_workloads):
+        raise ProblemError(f"{where}: get_workloads must be a function")
+    try:
+        raw = module.get_workloads()
+    except Exception as exc:  # noqa: BLE001 - the problem's own code: its failure is a usage error
+        raise ProblemError(f"{where}: get_workloads() failed: {type(exc).__name__}: {exc}"[:500]) from None
+    if not isinstance(raw, dict) or not raw:
+        raise ProblemError(f"{where}: get_workloads() must return a non-empty dict like "
+                           "{'cols_128': get_inputs, 'cols_3000': get_inputs_3000}")
+    if len(raw) > MAX_WORKLOADS:
+        raise ProblemError(f"{where}: get_workloads() names {len(raw)} workloads, over the limit of {MAX_WORKLOADS}")
+    found: list[tuple[str, Callable[[], Any]]] = []
+    for name, fn in raw.items():
+        if not isinstance(name, str) or not _WORKLOAD_NAME.match(name):
+            raise ProblemError(f"{where}: workload name {name!r}: letters, digits, '_', '-', '.' only (at most 64)")
+        if not callable(fn) or any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                                   for p in inspect.signature(fn).parameters.values()):
+            raise ProblemError(f"{where}: workload {name!r} must be a function of no arguments")
+        found.append((name, fn))
+    named_default = [i for i, (_, fn) in enumerate(found) if fn is default]
+    if named_default:  # the default first, whatever its place in the dict: it is what a verification times first
+        return [found[named_default[0]]] + [w for i, w in enumerate(found) if i != named_default[0]]
+    if any(name == DEFAULT_WORKLOAD for name, _ in found):
+        raise ProblemError(f"{where}: workload {DEFAULT_WORKLOAD!r} is get_inputs()'s name: map it to get_inputs itself")
+    return [(DEFAULT_WORKLOAD, default), *found]
+
+
+def source_workload_names(source: str) -> list[str]:
+    """The workload names of a problem that is only parsed here, read off its source where
+    get_workloads returns a dict literal with string keys ([] where it can't be read so): for the
+    prompts only; its trusted job says which workloads are judged."""
+    try:
+        tree = source_ast.parse(source)
+    except SyntaxError:
+        return []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "get_workloads":
+            returned = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
+            if len(returned) != 1 or not isinstance(returned[0], ast.Dict):
+                return []
+            pairs = returned[0]
+            if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in pairs.keys):
+                return []
+            keys = [str(k.value) for k in pairs.keys if isinstance(k, ast.Constant)]
+            named = [k for k, v in zip(keys, pairs.values) if isinstance(v, ast.Name) and v.id == "get_inputs"]
+            if named:
+                return [named[0], *(k for k in keys if k != named[0])]
+            return [DEFAULT_WORKLOAD, *keys]
+    return []
+
+
+def checked_workload_names(raw: object, where: str) -> list[str]:
+    """The workload names the trusted job sent, checked again here (its problem's code made them): [] for none."""
+    if raw is None:
+        return []
+    if not (isinstance(raw, list) and 0 < len(raw) <= MAX_WORKLOADS + 1
+            and all(isinstance(n, str) and _WORKLOAD_NAME.match(n) for n in raw) and len(set(raw)) == len(raw)):
+        raise ProblemError(f"{where}: the trusted job sent malformed workload names")
+    return list(raw)
+
+
 def metadata(module: ModuleType, where: str) -> dict[str, Any]:
     """What the parent takes from an imported problem: plain data a JSON line can carry."""
-    return {"tolerance": checked_tolerance(getattr(module, "TOLERANCE", None), where),
-            "extras": [name for name in OPTIONAL if hasattr(module, name)]}
+    meta: dict[str, Any] = {"tolerance": checked_tolerance(getattr(module, "TOLERANCE", None), where),
+                            "extras": [name for name in OPTIONAL if hasattr(module, name)]}
+    if hasattr(module, "get_workloads"):  # KernelBench problems send nothing new
+        meta["workloads"] = [name for name, _ in workloads(module, where)]
+    return meta

@@ -430,6 +430,26 @@ class Profile(Record):
 
 
 @dataclass
+class WorkloadResult(Record):
+    """One workload of a problem with get_workloads, as its verification judged it
+    (tools/verify/workloads.py): whether it was right on that workload's sets and, where timed, its
+    speed there. Times are the counted ms per call of each side (the candidate's and each baseline's)."""
+
+    name: str
+    status: Status = Status.correct  # correct on its sets, or incorrect (the verdict's reason names it)
+    trials: int = 0  # its input sets compared
+    reason: str = ""  # where it is wrong, one line
+    speedup: float | None = None  # over eager on this workload (GPU)
+    speedups: dict[str, float] = field(default_factory=dict)  # over each baseline timed on it
+    times_ms: dict[str, float] = field(default_factory=dict)  # per side: "candidate", "eager", ...
+    noise_floor: float | None = None
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+        self.reason = safe_text.one_line(self.reason)
+
+
+@dataclass
 class Verdict(Record):
     """What the verifier says about one candidate against one problem."""
 
@@ -441,7 +461,7 @@ class Verdict(Record):
     rel_err: float | None = None  # ||out-ref|| / ||ref||, worst over trials and outputs
     trials: int = 0  # input sets checked (fresh-seed trials, extra shapes, the post-timing set)
     timings: dict[str, TimingStats] = field(default_factory=dict)
-    speedup: float | None = None  # over eager: median of per-round ratios
+    speedup: float | None = None  # over eager: median of per-round ratios (with workloads: their geometric mean)
     speedups: dict[str, float] = field(default_factory=dict)  # over each baseline that was timed
     noise_floor: float | None = None  # relative spread of timing the same kernel twice in the same rounds
     win: bool | None = None  # speedup over eager above 1 + noise_floor
@@ -472,9 +492,14 @@ class Verdict(Record):
     # compared. A mismatch another standard passes names it in the reason and here (compare.OTHER_STANDARDS).
     tolerance: str = ""
     tolerance_would_pass: list[str] = field(default_factory=list)
+    # A problem with get_workloads: each workload by name, in the problem's order ({} for a problem
+    # without: KernelBench's one workload). Timed, `speedup` is then the geometric mean of theirs
+    # over eager, and `slowest_workload` the one with the lowest.
+    workloads: dict[str, WorkloadResult] = field(default_factory=dict)
+    slowest_workload: str = ""
 
     _records: ClassVar[dict[str, type[Record]]] = {"gpu": GpuState, "localisation": Localisation}
-    _record_maps: ClassVar[dict[str, type[Record]]] = {"timings": TimingStats}
+    _record_maps: ClassVar[dict[str, type[Record]]] = {"timings": TimingStats, "workloads": WorkloadResult}
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)

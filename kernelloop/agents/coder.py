@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from kernelloop.agents.calls import ask
 from kernelloop.agents.extract import extract_candidate
-from kernelloop.agents.planner import BACKEND_RULES
+from kernelloop.agents.planner import BACKEND_RULES, workloads_line
 from kernelloop.agents.prompts import render
 from kernelloop.agents.records import Attempt  # noqa: F401  (re-exported)
 from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, messages_sha256, turn_key
@@ -88,7 +88,8 @@ def coder_messages(brief: CoderBrief) -> list[Message]:
                   problem_name=brief.problem_name, problem_source=brief.problem_source,
                   backend_rule=BACKEND_RULES[brief.backend], plan=brief.plan, hints=brief.hints,
                   best=brief.best, previous=brief.previous, others=brief.others, critique=critique,
-                  previous_is_start=brief.previous is not None and brief.previous.id == START_ID)
+                  previous_is_start=brief.previous is not None and brief.previous.id == START_ID,
+                  workloads=workloads_line(brief.problem_source))
     return [Message(role="user", content=text)]
 
 

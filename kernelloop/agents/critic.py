@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kernelloop.agents.calls import ask
 from kernelloop.agents.critic_facts import profile_lines, wrong_output_fixes
-from kernelloop.agents.planner import ReferenceFacts
+from kernelloop.agents.planner import ReferenceFacts, workloads_line
 from kernelloop.agents.prompts import render
 from kernelloop.agents.records import (
     Attempt,
@@ -79,7 +79,7 @@ def _failure_fixes(attempt: Attempt) -> list[str]:
         else:
             fixes.append(f"it failed at run time: {_first_error_line(verdict)}")
     elif verdict.status is Status.incorrect:
-        fixes += _incorrect_fixes(verdict)
+        fixes += _workload_fixes(verdict) + _incorrect_fixes(verdict)
     elif verdict.status is Status.rejected:
         rule = _REJECTED_FIX.get(code)
         fixes.append(f"rejected ({verdict.reason}): {rule or 'follow the rules in the prompt'}")
@@ -88,6 +88,17 @@ def _failure_fixes(attempt: Attempt) -> list[str]:
     elif verdict.status is Status.timeout:
         fixes.append("it timed out: check loop bounds, the grid size and the number of autotune configs")
     return fixes
+
+
+def _workload_fixes(verdict: Verdict) -> list[str]:
+    """A problem with workloads: which workload it is wrong on, and which it is right on."""
+    wrong = [name for name, result in verdict.workloads.items() if result.status is not Status.correct]
+    right = [name for name, result in verdict.workloads.items() if result.status is Status.correct]
+    if not wrong:
+        return []
+    names = lambda items: ", ".join(f"'{n}'" for n in items)  # noqa: E731
+    return [f"wrong on workload {names(wrong)}" + (f" (right on {names(right)})" if right else "")
+            + ": make it handle every workload's shapes (no sizes hard-coded; mask and loop over any extent)"]
 
 
 def _incorrect_fixes(verdict: Verdict) -> list[str]:
@@ -127,6 +138,10 @@ def _speed_fixes(attempt: Attempt, verdict: Verdict, facts: ReferenceFacts | Non
         fixes.append(f"{speedup:.3g}x over {baseline}, target {target:.3g}x")
     if speedup < 1:
         fixes.append("slower than the reference: fewer launches (fuse more) and coalesced, vectorized access")
+    slowest = verdict.workloads.get(verdict.slowest_workload)
+    if slowest is not None and slowest.speedup is not None and len(verdict.workloads) > 1:
+        fixes.append(f"slowest on workload '{slowest.name}' ({slowest.speedup:.3g}x over eager; the speed is the "
+                     "geometric mean over every workload): tune for its shapes too")
     fixes += profile_lines(profile, verdict)
     if verdict.library_ops:
         fixes.append(f"still runs {', '.join(verdict.library_ops)} in torch: move them into your kernels")
@@ -158,7 +173,7 @@ def advise(critique: Critique, client: ChatClient | KeyedChatClient, problem_nam
            plan: str, best_code: str) -> tuple[Critique, ModelTurn | None]:
     """Ask the model to turn the findings into next steps; on endpoint failure keep the rules' critique."""
     text = render("critic.j2", problem_name=problem_name, problem_source=problem_source, plan=plan,
-                  round=critique.round, best_code=best_code,
+                  round=critique.round, best_code=best_code, workloads=workloads_line(problem_source),
                   findings=critique.findings + [f"{k}: {'; '.join(v)}" for k, v in critique.per_attempt.items()])
     try:
         turn = ask(client, turn_key("critic", f"r{critique.round}"), [Message(role="user", content=text)])

@@ -18,6 +18,7 @@ from kernelloop.agents.prompts import render
 from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, turn_key
 from kernelloop.errors import error_line
 from kernelloop.problem import Problem
+from kernelloop.problem_meta import source_workload_names
 
 Backend = Literal["triton", "cuda"]
 BACKEND_RULES = {
@@ -81,6 +82,20 @@ class Plan(BaseModel):
     turn_sha256: str | None = None
 
 
+def workloads_line(problem_source: str) -> str:
+    """What the prompts say of a problem with workloads (get_workloads): which are judged and how
+    speed is counted; "" for a problem without (read off the source: nothing is imported here)."""
+    names = source_workload_names(problem_source)
+    if not names and "def get_workloads" in problem_source:
+        return ("It is judged on every workload get_workloads() returns (get_inputs() is one): it must be correct "
+                "on each, and its speed is the geometric mean of its speedups over them.")
+    if not names:
+        return ""
+    listed = ", ".join(f"'{name}'" for name in names)
+    return (f"It is judged on {len(names)} workloads, {listed} (get_workloads(); '{names[0]}' is get_inputs()): it must "
+            "be correct on every one, each is timed, and its speed is the geometric mean of its speedups over them.")
+
+
 def planner_messages(problem_name: str, problem_source: str, facts: ReferenceFacts | None,
                      backend: str, baseline: str, target: float | None, start_code: str = "") -> list[Message]:
     """The planner's prompt: one user message (reasoning models get no system prompt). start_code:
@@ -88,7 +103,7 @@ def planner_messages(problem_name: str, problem_source: str, facts: ReferenceFac
     rule = BACKEND_RULES.get(backend, "Triton or CUDA C++ (load_inline): propose which")
     text = render("planner.j2", problem_name=problem_name, problem_source=problem_source,
                   facts=facts.lines() if facts else [], backend_rule=rule, baseline=baseline,
-                  target=target, start_code=start_code)
+                  target=target, start_code=start_code, workloads=workloads_line(problem_source))
     return [Message(role="user", content=text)]
 
 

@@ -129,6 +129,8 @@ def summarize_problem(name: str, records: Sequence[BenchRecord]) -> ProblemSumma
     statuses = [r.status for r in ordered if r.status is not None]
     best = min(statuses, key=_STATUS_RANK.index) if statuses else None
     shown = next((r for r in ordered if r.status is best), ordered[-1]) if ordered else None
+    # the workloads of its fastest correct attempt (else of the attempt its reason is shown from)
+    fastest = max(correct, key=lambda r: r.speedups.get(EAGER, 0.0)) if correct else shown
     baseline_ms = {}
     for record in ordered:
         baseline_ms.update({n: t.median_ms for n, t in record.timings.items() if n != "candidate"})
@@ -138,7 +140,8 @@ def summarize_problem(name: str, records: Sequence[BenchRecord]) -> ProblemSumma
         time_to_solve_s=correct[0].elapsed_s if correct else None,
         time_spent_s=max((r.elapsed_s for r in ordered), default=0.0), baseline_ms=baseline_ms,
         suspicious=sorted({line for r in correct for line in r.suspicious}),
-        tokens=add_usage(r.tokens for r in ordered))
+        tokens=add_usage(r.tokens for r in ordered),
+        workloads=dict(fastest.workloads) if fastest else {}, slowest_workload=fastest.slowest_workload if fastest else "")
 
 
 def outcomes_against(problems: Sequence[ProblemSummary], baseline: str) -> list[Outcome]:

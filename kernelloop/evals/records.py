@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Problem, ProblemError
-from kernelloop.records import Code, Status, TimingStats, Verdict
+from kernelloop.records import Code, Status, TimingStats, Verdict, WorkloadResult
 from kernelloop.safe_text import utf8
 
 # Text from candidates and from the names of files in someone else's dir: a lone surrogate in it
@@ -132,6 +132,9 @@ class BenchRecord(BaseModel):
                                  "agent run, as the server reported them), on the job's first record only, so a sum "
                                  "over records counts each call once; None where no model was called")
     claim: Claim | None = Field(default=None, description="a listed solution: its id and what the input said of it")
+    workloads: dict[str, WorkloadResult] = Field(default_factory=dict, description="a problem with get_workloads: each "
+                                                 "workload's status and speed (speedups then hold their geometric mean)")
+    slowest_workload: str = ""
     environment: RunEnvironment
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
@@ -164,6 +167,9 @@ class ProblemSummary(BaseModel):
     suspicious: list[str] = Field(default_factory=list, description="from its correct attempts: check these by hand")
     tokens: Usage | None = Field(default=None, description="the model's tokens on this problem; None: no model call "
                                  "recorded")
+    workloads: dict[str, WorkloadResult] = Field(default_factory=dict, description="the shown attempt's workloads "
+                                                 "(its best correct one's), where the problem has get_workloads")
+    slowest_workload: str = ""
 
 
 class BenchSummary(BaseModel):
@@ -216,7 +222,9 @@ def records_from_attempts(suite: str, mode: Mode, problem: Problem, job_key: str
             suspicious=list(verdict.suspicious) if verdict else [],
             max_abs_err=verdict.max_abs_err if verdict else None, rel_err=verdict.rel_err if verdict else None,
             elapsed_s=attempt.elapsed_s, candidate=str(attempt.candidate_path) if attempt.candidate_path else None,
-            candidate_sha256=attempt.candidate_sha256, tokens=attempt.tokens, claim=attempt.claim, environment=env))
+            candidate_sha256=attempt.candidate_sha256, tokens=attempt.tokens, claim=attempt.claim,
+            workloads=dict(verdict.workloads) if verdict else {},
+            slowest_workload=verdict.slowest_workload if verdict else "", environment=env))
     return records
 
 

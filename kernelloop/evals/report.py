@@ -159,6 +159,29 @@ def _metric_tables(summary: BenchSummary) -> list[str]:
         used = (f" {_tokens(row.tokens.total_tokens) if row.tokens else '-'} |") if tokens else ""
         lines.append(f"| {md_cell(row.problem)} | {'yes' if row.solved else 'no'} | {status} | {row.attempts} | {speed} | "
                      f"{solve} |{used} {md_cell(row.reason)} |")
+    return lines + [""] + _workload_table(summary)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _workload_table(summary: BenchSummary) -> list[str]:
+    """Problems with workloads (get_workloads): each workload's status, speed and times; the per-problem
+    speedups above are their geometric mean. Nothing for a suite without any."""
+    rows = [row for row in summary.per_problem if row.workloads]
+    if not rows:
+        return []
+    lines = ["## Per workload", "",
+             "Problems judged on several workloads: correct only where right on every one; the speedup above is "
+             "the geometric mean of theirs over eager.", "",
+             "| problem | workload | status | vs eager | candidate ms | eager ms | note |", "|---" * 7 + "|"]
+    for row in rows:
+        for name, result in row.workloads.items():
+            candidate, eager = (_ms(result.times_ms.get(side)) for side in ("candidate", EAGER))
+            note = "slowest" if name == row.slowest_workload else result.reason
+            lines.append(f"| {md_cell(row.problem)} | {md_cell(name)} | {result.status.value} | {_x(result.speedup)} | "
+                         f"{candidate} | {eager} | {md_cell(note)} |")
     return lines + [""]
 
 

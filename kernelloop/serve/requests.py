@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_serializer
 
 from kernelloop import safe_text
 from kernelloop.config import defaults
@@ -204,11 +204,25 @@ class VerdictBrief(BaseModel):
                                                             "timed (CPU, or not correct)")
     reason: str
     feedback: str = Field(default="", description="for the coder: what went wrong and where")
+    workloads: dict[str, dict] = Field(default_factory=dict, description="a problem with get_workloads: each "
+                                       "workload's status, speedups and times (speedup is then their geometric mean)")
+    slowest_workload: str = Field(default="", description="the workload with the lowest speedup over eager, if timed")
 
     @classmethod
     def of(cls, verdict: Verdict) -> VerdictBrief:
         return cls(status=verdict.status, code=verdict.code, speedup=verdict.speedup, reason=verdict.reason,
-                   feedback=verdict.feedback)
+                   feedback=verdict.feedback,
+                   workloads={name: result.model_dump() for name, result in verdict.workloads.items()},
+                   slowest_workload=verdict.slowest_workload)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_workloads(self, handler):  # noqa: ANN001, ANN202 - pydantic's serializer hook
+        """A problem without workloads answers with the brief it always had (no workload keys)."""
+        data = handler(self)
+        if not self.workloads and isinstance(data, dict):
+            data.pop("workloads", None)
+            data.pop("slowest_workload", None)
+        return data
 
 
 def _path_or_text(path: str | None, text: str | None, name: str, what: str, inbox: Path) -> Path:

@@ -66,3 +66,22 @@ def test_optimize_tool_runs_the_loop(tmp_path):
     assert isinstance(result, SolveResult) and (result.status, result.best_id) == ("correct", "r2c0")
     assert summary["thread_id"] == result.thread_id and summary["stop_reason"] == "target_met"
     assert Path(result.best_kernel).read_text() == FIXED_KERNEL
+
+
+def test_verify_tool_reports_each_workload_of_a_problem_with_workloads(tmp_path):
+    """The tools pass the verdict through: a problem with get_workloads answers with its workloads,
+    brief or whole, and a kernel wrong on one names it."""
+    problem = FIXTURES / "problems" / "rowsum_workloads.py"
+    tool = verify_tool(device="cpu", workspace=tmp_path)
+    message = call(tool, problem_path=str(problem), candidate_path=str(FIXTURES / "cheats" / "rowsum_fixed_128_cols.py"))
+    brief = json.loads(message.content)
+    assert brief["status"] == "incorrect" and "workload 'cols_3000'" in brief["reason"]
+    assert {name: result["status"] for name, result in brief["workloads"].items()} == {
+        "cols_128": "correct", "cols_3000": "incorrect"}
+    assert set(message.artifact.workloads) == {"cols_128", "cols_3000"}
+    whole = call(tool, problem_source=problem.read_text(), problem_name="rowsum_workloads", detail=True,
+                 candidate_path=str(FIXTURES / "honest" / "rowsum_any_shape_triton.py"))
+    verdict = json.loads(whole.content)
+    assert verdict["status"] == "correct" and set(verdict["workloads"]) == {"cols_128", "cols_3000"}
+    plain = call(tool, problem_path=str(RELU_PROBLEM), candidate_path=str(FIXTURES / "honest" / "relu_triton.py"))
+    assert "workloads" not in json.loads(plain.content)  # a problem without: the brief it always had

@@ -227,21 +227,23 @@ def seed_all(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def make_inputs(problem, seed: int, device: str) -> list:
+def make_inputs(problem, seed: int, device: str, maker=None) -> list:
     """The problem's inputs for `seed`, made on `device`. On a GPU, torch's factory functions
     (randn, rand, ...) then fill device memory directly: making multi-GB inputs on the CPU was most
     of a large reference's time (KernelBench main, level 1: up to 17 GB a set). The values differ
     from a CPU run with the same seed, which nothing relies on: the trusted job makes every set a
     verification uses, and hands the candidate a file. A get_inputs that only works on the CPU
-    (numpy, .tolist() of a device tensor...) gets the CPU."""
+    (numpy, .tolist() of a device tensor...) gets the CPU. `maker`: a workload's function in
+    get_inputs' place (problem_meta.workloads), seeded the same way."""
+    make = maker or problem.get_inputs
     seed_all(seed)
     if device.startswith("cuda"):
         try:
             with torch.device(device):
-                return list(problem.get_inputs())
+                return list(make())
         except Exception:  # noqa: BLE001 - any failure on the device: the CPU path decides
             seed_all(seed)
-    return list(problem.get_inputs())
+    return list(make())
 
 
 def to_device(values: list, device: str) -> list:

@@ -427,7 +427,11 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         code, reason = switched_precision(changed, "its import or ModelNew(...)")
         return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
     session = _CandidateSession(model, input_sets, counter, job, channel)
-    session.pool_sets = pool_sets
+    session.pool_sets, session.all_sets = pool_sets, all_sets
+    session.workloads = workload_layout(given.get("workloads"), len(input_sets), len(all_sets))
+    if session.workloads:  # timed first: get_inputs' own sets (the first workload's), as without workloads
+        first = next(iter(session.workloads.values()))
+        session.timed_sets = input_sets[first[0]:first[1]]
     session.overhead.update(setup_s=steps.total(), **{f"setup_{k}": v for k, v in steps.laps.items()},
                             **_prepared_report(steps.started))
     session.shuffled = shuffled
@@ -446,6 +450,22 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         traceback.print_exc()
         return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason,
                 "launches": dict(counter.launches)}
+
+
+def workload_layout(raw: object, trials: int, total: int) -> dict[str, tuple[int, int, list[int]]]:
+    """A problem with workloads: where each workload's sets lie among the trial sets ([start, stop))
+    and which sets its fresh values come from, as the trusted job wrote them in the inputs file;
+    {} for none (or a layout that doesn't fit the sets: then everything is timed as without)."""
+    layout: dict[str, tuple[int, int, list[int]]] = {}
+    if not isinstance(raw, list):
+        return layout
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+                and all(isinstance(v, int) for v in item[1:3]) and 0 <= item[1] < item[2] <= trials
+                and isinstance(item[3], list) and all(isinstance(i, int) and 0 <= i < total for i in item[3])):
+            return {}
+        layout[item[0]] = (item[1], item[2], list(item[3]))
+    return layout
 
 
 class _CandidateSession:
@@ -469,6 +489,12 @@ class _CandidateSession:
         self.window: Window | None = None  # the back-to-back windows' input sets, one per call
         self.keep_each_call = False  # its calls return one buffer: a window keeps each output as its call ends
         self.graph: WindowGraph | None = None  # the windows' calls as one CUDA graph (window_graph.py)
+        # A problem with workloads: each one's sets ([start, stop), its pool's sets); the sets timed
+        # now (one workload's, switched by the parent's "workload" request) and where they start.
+        self.workloads: dict[str, tuple[int, int, list[int]]] = {}
+        self.timed_sets: list[list] = input_sets
+        self.timed_first = 0
+        self.all_sets: list[list] = input_sets  # with the donor sets, where the trusted job made any
 
     def _specs(self, index: int) -> list:
         return self.specs[index] if index < len(self.specs) else []
@@ -499,6 +525,8 @@ class _CandidateSession:
                 self.channel.send({"pick": self.pick(request["pick"])})
             elif kind == "profile":
                 self.channel.send({"profile": self.profile()})
+            elif kind == "workload":
+                self.channel.send({"workload": self.select_workload(request["workload"])})
             elif kind == "rerun":
                 self.channel.send({"rerun": self.rerun(request["rerun"])})
             elif kind == "fresh":
@@ -583,6 +611,19 @@ class _CandidateSession:
             self.counter.restore()  # the model's own parameters among them
         return None if found else out
 
+    def select_workload(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Time workload `name` next (the parent asks "time" again after this): its trial sets are
+        the sets timed, and its pool's sets those fresh values come from."""
+        name = str(request["name"])
+        if name not in self.workloads:
+            raise RuntimeError(f"no workload {name!r} among the sets handed over")
+        start, stop, pool = self.workloads[name]
+        self.timed_sets, self.timed_first = self.input_sets[start:stop], start
+        self.pool_sets = [self.all_sets[i] for i in pool if i < len(self.all_sets)] or self.timed_sets[:1]
+        self.timing, self.pool, self.fresh_values, self.kept, self.window, self.graph = None, None, None, None, None, None
+        self.keep_each_call = False
+        return {"sets": stop - start}
+
     def _rounds(self) -> Rounds:
         """The timing rounds: the parent asks "time" (setup_timing) before "block" or "back"."""
         if self.timing is None:
@@ -602,18 +643,20 @@ class _CandidateSession:
             self.counter.let_own_kernels_through()  # the digest kernel, compiled below, is the harness's
             self.pool = Pool([to_device(inputs, self.device) for inputs in self.pool_sets])
             self.timing_sets = [self.pool.buffers()]
-            self.kept = Kept(self._specs(0), int(request.get("keep_calls") or 1), self.device)
+            self.kept = Kept(self._specs(self.timed_first), int(request.get("keep_calls") or 1), self.device)
             self.window = Window(self.pool, self.kept.calls, self.timing_sets[0])
             warm_fresh_values(self.pool, self.kept, self.device, self.window)
         else:
-            self.timing_sets = [to_device(inputs, self.device) for inputs in self.input_sets]
+            self.timing_sets = [to_device(inputs, self.device) for inputs in self.timed_sets]
         call = lambda i: self.model(*self.timing_sets[i])  # noqa: E731
         self.timing = rounds_on(self.device, {CANDIDATE: call, AGAIN: call}, len(self.timing_sets),
                                 prepare=self._prepare if fresh else None, after=self._after if fresh else None)
         hold_ms = self.timing.warm()
         self.costs["timing_setup_s"] = time.perf_counter() - started
-        # The fresh check writes new values into the buffers the timing loop called first.
-        self.buffers = self.timing_sets[0]
+        # The fresh check writes new values into the buffers the timing loop called first (get_inputs'
+        # own: another workload's sets have other shapes).
+        if self.timed_first == 0:
+            self.buffers = self.timing_sets[0]
         return {"hold_ms": hold_ms}
 
     def _prepare(self, name: str, step: int) -> None:

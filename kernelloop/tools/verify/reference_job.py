@@ -22,6 +22,9 @@ plain data (its tolerance), and then answers the parent on its channel:
             the digests); or ("overhead") that work alone, which the parent takes off both
   regen     the reference's outputs on the values of timed calls the parent picked to check, made
             again from their request's seed
+  workload  a problem with get_workloads: time that workload's sets next (its trial sets, made by
+            the last `make` beside get_inputs' own, become the sets timed and fresh values are
+            drawn from; the baselines are built again on them)
   close     the end
 The candidate's process never holds reference outputs, baseline timings or anything else the
 verdict is decided from (docs/architecture.md, "The verifier and its trust boundary").
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from kernelloop.problem import ProblemError, import_source
-from kernelloop.problem_meta import check_module, metadata
+from kernelloop.problem_meta import check_module, metadata, workloads
 from kernelloop.sandbox.channel import Channel
 from kernelloop.tools.verify._runtime import (
     INIT_SEED,
@@ -135,6 +138,12 @@ class ReferenceJob:
         where = str(job.get("problem_where") or job["problem_path"])  # the path the user knows it by
         check_module(self.problem, where)
         self.meta = metadata(self.problem, where)
+        # [(name, maker)], get_inputs first; more than one only where the problem has get_workloads
+        self.workloads = workloads(self.problem, where)
+        self.layout: dict[str, tuple[int, int]] = {}  # each workload's sets in the last trial `make`: [start, stop)
+        self.made_sets: list[list] = []  # that make's sets, every workload's
+        self.firsts: dict[str, list] = {}  # each workload's first reference outputs (what its timed calls keep)
+        self.timed_workload: str | None = None  # whose sets the baselines were built on last
         seed_all(INIT_SEED)
         self.init_inputs = list(self.problem.get_init_inputs())
         self.model = self.problem.Model(*self.init_inputs).to(self.device)
@@ -188,6 +197,17 @@ class ReferenceJob:
                 donors.append(donor)
         return pool + list(range(len(sets), len(sets) + len(donors))), donors
 
+    def _workload_sets(self, seeds: list[int]) -> tuple[list[list], dict[str, tuple[int, int]]]:
+        """Each further workload's sets for the same secret seeds, in the problem's order, and where
+        each lies in the trial file (after get_inputs' own sets, which start it)."""
+        sets: list[list] = []
+        layout: dict[str, tuple[int, int]] = {}
+        for name, maker in self.workloads[1:]:
+            start = len(sets)
+            sets += [make_inputs(self.problem, seed, self.device, maker) for seed in seeds]
+            layout[name] = (start, len(sets))
+        return sets, layout
+
     def make(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("variants"):
             # A new verification: the last one's timed sets are never timed again; free their
@@ -199,10 +219,26 @@ class ReferenceJob:
                 self.sets[index] = []
         sets, seeded = self.inputs_for([int(s) for s in request["seeds"]], bool(request.get("variants")))
         extra: dict[str, Any] = {"init_inputs": self.init_inputs}
+        own = len(sets)  # get_inputs' own sets (its variants among them): what is timed first
+        with_workloads = bool(request.get("variants")) and len(self.workloads) > 1
+        if with_workloads:  # a trial make of a problem with get_workloads: every workload's sets after them
+            more, layout = self._workload_sets([int(s) for s in request["seeds"]])
+            self.layout = {self.workloads[0][0]: (0, own),
+                           **{name: (own + a, own + b) for name, (a, b) in layout.items()}}
+            sets = sets + more
+            if self.timed_workload not in (None, self.workloads[0][0]):
+                self._timing = None  # built on another workload's shapes: built again on get_inputs' (warm_up)
+            # Where each workload's sets lie, and which of them its fresh values come from (the child's timing)
+            extra["workloads"] = [[name, a, b, [a + i for i in pool_indices(sets[a:b], list(range(b - a)))]]
+                                  for name, (a, b) in self.layout.items()]
         if request.get("variants") and request.get("fresh"):  # fresh timing (opt-in): the sets its values come from
-            pool, donors = self._pool_for(sets, seeded, [int(s) for s in request.get("donor_seeds") or []])
+            pool, donors = self._pool_for(sets[:own], seeded, [int(s) for s in request.get("donor_seeds") or []])
+            # donors go after every set, workloads' included (the child takes them off the end)
+            pool = [i if i < own else i - own + len(sets) for i in pool]
             self.pool = Pool([to_device((sets + donors)[i], self.device) for i in pool])
             extra.update(pool=pool, donors=len(donors))
+            if with_workloads:
+                extra["workloads"][0][3] = pool
         else:
             donors = []
         outputs = []
@@ -221,15 +257,39 @@ class ReferenceJob:
                 # Left where they are: save_sets streams a device tensor out slice by slice,
                 # so a multi-GB output never has a whole second copy on the host.
                 outputs.append([o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)])
-        self.last_sets = sets
+        self.last_sets = sets[:own]  # timed: get_inputs' own sets (another workload's on its "workload" request)
+        if with_workloads:
+            self.made_sets = sets
+            self.firsts = {name: outputs[a] for name, (a, _) in self.layout.items()}
+            self.timed_workload = self.workloads[0][0]
         if request.get("variants") and request.get("fresh"):
             self.like = outputs[0]
         save_sets(request["inputs_path"], sets + donors, extra)
         save_sets(request["outputs_path"], outputs)
         with torch.no_grad():
             round_off = roundoff_errors(self.double_model, to_device(sets[0], self.device), outputs[0], self.tolerance, rng)
-        return {"sets": len(sets), "ops": self.ops, "op_work": self.work, "warnings": degenerate_output_warnings(outputs[0]),
-                "round_off": sorted(round_off.items())}
+        answer: dict[str, Any] = {"sets": len(sets), "ops": self.ops, "op_work": self.work,
+                  "warnings": degenerate_output_warnings(outputs[0]), "round_off": sorted(round_off.items())}
+        if with_workloads:  # which sets are whose, for the parent to name the workload a set belongs to
+            answer["workloads"] = [[name, b - a] for name, (a, b) in self.layout.items()]
+        return answer
+
+    def select_workload(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Time workload `name` next: its trial sets become the sets the baselines are built and timed
+        on, and fresh values and the timed calls' checks are drawn from them (the same secret seeds'
+        sets, made by the last trial `make`). The next "timing" request builds the baselines again."""
+        name = str(request["name"])
+        if name not in self.layout:
+            raise RuntimeError(f"no workload {name!r} was made")
+        start, stop = self.layout[name]
+        sets = self.made_sets[start:stop]
+        self.last_sets = sets
+        self._timing, self.graphs, self.kept, self.window, self.fresh = None, {}, None, None, None
+        if self.pool is not None:  # fresh timing: this workload's own sets of one shape are its pool
+            self.pool = Pool([to_device(sets[i], self.device) for i in pool_indices(sets, list(range(len(sets))))])
+            self.like = self.firsts[name]
+        self.timed_workload = name
+        return {"sets": stop - start}
 
     def double_model(self) -> Any:
         """A float64 copy of the model (built once; None where it can't be)."""
@@ -244,15 +304,19 @@ class ReferenceJob:
         """Bytes of one input set and of its output, from a run on the meta device (shapes only,
         nothing computed), so the parent can size the trials before any real set is made; None
         where the model can't run on meta."""
+        input_bytes = output_bytes = 0
         try:
-            with torch.device("meta"):
-                seed_all(INIT_SEED)
-                inputs = list(self.problem.get_inputs())
-                model = self.problem.Model(*self.init_inputs)
-                outputs = flatten_outputs(model(*inputs))
+            # One "set" of a problem with workloads is one set of each: each seed makes one of every workload.
+            for _, maker in self.workloads:
+                with torch.device("meta"):
+                    seed_all(INIT_SEED)
+                    inputs = list(maker())
+                    model = self.problem.Model(*self.init_inputs)
+                    outputs = flatten_outputs(model(*inputs))
+                input_bytes, output_bytes = input_bytes + _nbytes(inputs), output_bytes + _nbytes(outputs)
         except Exception:  # noqa: BLE001 - many models have no meta kernels; the sizes are then unknown
             return {"input_bytes": None, "output_bytes": None}
-        return {"input_bytes": _nbytes(inputs), "output_bytes": _nbytes(outputs)}
+        return {"input_bytes": input_bytes, "output_bytes": output_bytes}
 
     def build_baselines(self, skip: list[str]) -> None:
         """The baselines' callables on the last sets made, torch.compile'd (their first calls) unless
@@ -410,7 +474,7 @@ def run_reference(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         return {"status": "not_a_problem", "reason": str(exc)}
     handlers = {"make": reference.make, "timing": reference.setup_timing, "block": reference.block,
                 "back": reference.back_to_back, "warm_up": reference.warm_up, "regen": reference.regen,
-                "capture": reference.capture}
+                "capture": reference.capture, "workload": reference.select_workload}
     channel.send({"ready": {**reference.sizes(), "meta": reference.meta}})
     while True:
         request = channel.receive()

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from kernelloop.problem import Problem, ProblemError
-from kernelloop.problem_meta import checked_tolerance
+from kernelloop.problem_meta import checked_tolerance, checked_workload_names
 from kernelloop.safe_text import one_line
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import open_bounded
@@ -41,6 +41,9 @@ class Made:
     warnings: list[str]
     round_off: dict[int, float] = field(default_factory=dict)  # output -> its own error against float64 (degenerate)
     op_work: dict[str, int] = field(default_factory=dict)  # each op's elements on the first set, copies as "copy"
+    # A problem with get_workloads, a trial make: [name, sets] of each workload in the sets' order
+    # (get_inputs' own first); [] otherwise. Checked by workloads.Layout.
+    workloads: list = field(default_factory=list)
 
     @property
     def ops(self) -> list[str]:
@@ -82,6 +85,9 @@ class ReferenceServer:
         # from outside, the job runs that problem's code), never from importing the problem here.
         meta = sizes.get("meta")
         self.tolerance = checked_tolerance(meta.get("tolerance") if isinstance(meta, dict) else None, str(problem.path))
+        # A problem with get_workloads: their names, get_inputs' first ([] for a problem without)
+        self.workload_names = checked_workload_names(meta.get("workloads") if isinstance(meta, dict) else None,
+                                                     str(problem.path))
 
     def send_ahead(self, kind: str, request: dict) -> None:
         """Send a request now and read its answer later (`answer(kind)`, or before the next `ask`):
@@ -152,7 +158,12 @@ class ReferenceServer:
             self.op_work = claimed_counts(answer.get("op_work"))
         self.warnings = list(answer.get("warnings") or [])
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
-        return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off, self.op_work)
+        return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off, self.op_work,
+                    answer.get("workloads") or [])
+
+    def select_workload(self, name: str) -> None:
+        """The trusted job times workload `name` next (its sets from the last trial make)."""
+        self.ask("workload", {"name": name})
 
     def regen(self, seed: int, calls: int, indices: list[int]) -> list[list]:
         """The reference's outputs on the values of calls `indices` of a timed request of `calls`

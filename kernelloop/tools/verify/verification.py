@@ -39,6 +39,7 @@ from kernelloop.tools.verify.tensor_files import load_sets
 from kernelloop.tools.verify.timed_checks import TimedChecks, TimedFailure
 from kernelloop.tools.verify.timing_driver import Rehearsed, drive_timing
 from kernelloop.tools.verify.verdicts import VerdictBase
+from kernelloop.tools.verify.workloads import Layout, combine, on_workload, slowest, speed_results, timed_failure_on
 
 if TYPE_CHECKING:  # the Verifier makes this; only its type is named here
     from kernelloop.tools.verify.verifier import Verifier
@@ -101,6 +102,13 @@ class Verification:
         self.fresh = verifier.times_fresh()
         self.checks: TimedChecks | None = None
         self.taken_names: list[str] = []  # the reference's names it uses without defining them
+        # A problem with get_workloads (workloads.py): which trial sets are whose, the trial sets'
+        # comparisons, each workload's speed judgement, and a workload found wrong after the trials.
+        self.layout = Layout()
+        self.trial_comparisons: list[Comparison] = []
+        self.workload_speeds: dict[str, SpeedJudgement] = {}
+        self.failed_workload: tuple[str, str] | None = None
+        self.all_checks: list[TimedChecks] = []
 
     def run(self) -> Verdict:
         verifier, problem, clock = self.verifier, self.problem, self.clock
@@ -120,6 +128,7 @@ class Verification:
                                donor_seeds=secret_seeds(verifier.donor_count(server, trials)))
         else:
             made = server.make(secret_seeds(trials), variants=True)
+        self.layout = Layout.checked(made.workloads or None, server.workload_names, len(made.outputs), str(problem.path))
         clock.lap("reference")
         self.parent_costs = {"reference_s": clock.elapsed(), "timing_s": 0.0}
         verifier.zygote.wait_ready()
@@ -153,7 +162,9 @@ class Verification:
             # and, on a problem's first verification, builds the baselines (torch.compile's first
             # call) unless their times are kept: not after the trials, on the critical path. Not
             # for multi-GB outputs: the baselines' memory would sit beside the candidate's.
-            self.kept = verifier.kept_baselines(problem, output_specs(made.outputs))
+            # Kept baseline times are one workload's: a problem with workloads times its baselines every time.
+            if not self.layout.counts:
+                self.kept = verifier.kept_baselines(problem, output_specs(made.outputs))
             server.send_ahead("warm_up", {"skip": self.kept.skip, "build": output_bytes <= budget.LARGE_OUTPUT_BYTES})
         try:
             verdict = self._converse(session, made, server)
@@ -176,7 +187,7 @@ class Verification:
             verdict = verdicts.out_of_budget(self.device, self.time_left_s or 0.0, outcome.phase)
         if verdict is None:
             verdict = verdicts.ended_early(outcome, self.device, verifier.compile_timeout_s, verifier.run_timeout_s)
-        verdict = self._finished(verdict, made, outcome)
+        verdict = self._with_workloads(self._finished(verdict, made, outcome))
         if not verifier.keep_jobs:
             remove_job_dir(job_dir)
         clock.lap("finish")
@@ -255,6 +266,7 @@ class Verification:
         tolerance = server.tolerance
         comparisons = [compare_outputs(out, ref, tolerance, self.compare_on, made.round_off)
                        for out, ref in zip(outputs, refs)]
+        self.trial_comparisons = list(comparisons)
         failed = next((trial for trial, c in enumerate(comparisons) if not c.ok), None)
         if failed is not None:
             comparison = comparisons[failed]
@@ -262,13 +274,13 @@ class Verification:
             if reruns.wanted(located, refs[failed]):  # run it twice more: what was never written, what moved
                 load = functools.partial(load_output_sets, session.dir, like=[refs[failed]] * 2, device=self.compare_on)
                 reruns.relate(located, refs[failed], reruns.rerun(session, failed, load), tolerance)
-            return verdicts.incorrect(comparison, f"{comparison.reason} (trial {failed + 1})", comparison.code,
-                                      failed + 1, located, base)
+            reason = on_workload(self.layout.name_of(failed), f"{comparison.reason} (trial {failed + 1})")
+            return verdicts.incorrect(comparison, reason, comparison.code, failed + 1, located, base)
         if self._decoy(disturbed, made, refs[0], tolerance):
             return rejected(Code.decoy_kernel, verdicts.DECOY_REASON, **base)
         compare_s = self.clock.lap("compare")
 
-        judged = self._timed(session, server, refs[0], tolerance)
+        judged = self._timed(session, server, refs, tolerance)
         if isinstance(judged, str):  # the child broke off while being timed
             return None
         if isinstance(judged, TimedFailure):
@@ -282,40 +294,80 @@ class Verification:
             return fresh_made
         worst_abs = max(c.max_abs_err for c in comparisons)
         worst_rel = max(c.rel_err for c in comparisons)
-        checks = self.checks
-        if checks is not None:
+        for checks in self.all_checks:
             worst_abs, worst_rel = max(worst_abs, checks.worst_abs), max(worst_rel, checks.worst_rel)
         base["cost_s"] = {"compare_s": compare_s, **claimed_seconds(trials.get("overhead"))}
         return verdicts.correct(len(comparisons), worst_abs, worst_rel, comparisons,
                                 {**made.round_off, **fresh_made.round_off}, judged, base,
-                                timed_checked=checks.checked if checks is not None else 0)
+                                timed_checked=sum(checks.checked for checks in self.all_checks))
 
-    def _timed(self, session: JobSession, server: ReferenceServer, ref: list,
+    def _timed(self, session: JobSession, server: ReferenceServer, refs: list[list],
                tolerance: dict) -> SpeedJudgement | TimedFailure | Rehearsed | str | None:
         """The speed judgement (GPU, timing on), a TimedFailure where a timed call failed its check
-        (fresh timing), a Rehearsed (the CPU's rehearsal), a string where the child broke off, else None."""
+        (fresh timing), a Rehearsed (the CPU's rehearsal), a string where the child broke off, else
+        None. A problem with workloads: the timing phase once per workload, get_inputs' own first,
+        both children switched to the next workload's sets between them (workloads.combine)."""
         verifier = self.verifier
         clock = Stopwatch()
         judged: SpeedJudgement | TimedFailure | Rehearsed | str | None = None
         rehearse = verifier.rehearse and self.fresh
-        if self.fresh:
-            self.checks = TimedChecks(session, server, ref, tolerance, self.compare_on)
         if verifier.time_it or rehearse:
             session.advance("timing")
             warm = server.answer("warm_up") or {}
-            # no torch.compile on the CPU: its rehearsal's baselines need none
-            skip = list(trusted_cache.CACHED_NAMES) if rehearse else self.kept.skip
-            # NVML reads this worker's GPU: the one this process compares on, where it has one
-            cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
-            judged = drive_timing(session, server, cuda_index, skip=skip, laps=self.clock,
-                                  timed=self.kept.timed, checks=self.checks, rehearse=rehearse)
             for name in ("import_s", "build_s"):  # in the trusted job, beside the candidate: not in fixed_s
                 if isinstance(warm.get(name), (int, float)):
                     self.overlapped[f"baselines_{name}"] = float(warm[name])
-            if self.kept.record is not None and isinstance(judged, SpeedJudgement):
-                judged = with_cached_baselines(judged, self.kept.record)
+            # NVML reads this worker's GPU: the one this process compares on, where it has one
+            cuda_index = self.compare_on.index if self.compare_on.type == "cuda" else None
+            each: dict[str, SpeedJudgement | Rehearsed] = {}
+            ranges = self.layout.ranges() or {"": (0, 1)}
+            for index, (name, (start, _)) in enumerate(ranges.items()):
+                if index and not self._select_workload(session, server, name):
+                    return "the candidate's process stopped answering when a workload's timing began"
+                if self.fresh:  # its timed calls are checked against its own outputs' shapes
+                    self.checks = TimedChecks(session, server, refs[start], tolerance, self.compare_on)
+                    self.all_checks.append(self.checks)
+                # no torch.compile on the CPU: its rehearsal's baselines need none
+                skip = list(trusted_cache.CACHED_NAMES) if rehearse else self.kept.skip
+                one = drive_timing(session, server, cuda_index, skip=skip, laps=self.clock,
+                                   timed=self.kept.timed if not index else None, checks=self.checks, rehearse=rehearse)
+                if isinstance(one, TimedFailure):
+                    self.failed_workload = (name, one.reason) if name else None
+                    return timed_failure_on(name or None, one) if self.layout.counts else one
+                if not isinstance(one, (SpeedJudgement, Rehearsed)):  # the child broke off
+                    return one
+                if self.kept.record is not None and isinstance(one, SpeedJudgement):
+                    one = with_cached_baselines(one, self.kept.record)
+                each[name] = one
+            self.workload_speeds = {n: j for n, j in each.items() if n and isinstance(j, SpeedJudgement)}
+            judged = combine(each)
         self.parent_costs["timing_s"] = clock.elapsed() if judged is not None else 0.0
         return judged
+
+    def _select_workload(self, session: JobSession, server: ReferenceServer, name: str) -> bool:
+        """Both children time workload `name` next (its sets, made with the trials); False where the
+        candidate's child did not answer."""
+        server.select_workload(name)
+        if not session.send({"workload": {"name": name}}):
+            return False
+        answer = session.receive()
+        return answer is not None and isinstance(answer.get("workload"), dict)
+
+    def _with_workloads(self, verdict: Verdict) -> Verdict:
+        """A problem with workloads: each workload's result (right on its sets; where timed, its speed)
+        and the slowest one; a wrong set after the trials (fresh sets: get_inputs' own; a timed call:
+        the workload timed) marks its workload."""
+        if not self.layout.counts or not self.trial_comparisons:
+            return verdict
+        results = self.layout.results(self.trial_comparisons)
+        if verdict.status in (Status.incorrect, Status.rejected) and verdict.code in (
+                Code.stale_on_fresh_inputs, Code.wrong_on_extra_sets, Code.wrong_on_timed_call):
+            name, why = self.failed_workload or (self.layout.names[0], verdict.reason)
+            results[name].status, results[name].reason = Status.incorrect, why
+        speed_results(self.workload_speeds, results)
+        verdict.workloads = results
+        verdict.slowest_workload = slowest(results)
+        return verdict
 
     def _fresh(self, session: JobSession, server: ReferenceServer, made: Made, comparisons: list[Comparison],
                extra: int, base: VerdictBase) -> Verdict | Made | None:
