@@ -203,25 +203,30 @@ def _as_nobody(tmp_path: Path) -> None:
     else:
         pytest.skip("nobody can reach no Python install with this suite's packages")
     assert done.returncode == 0, done.stderr[-2000:]
-    box, got, verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    box, got, found = json.loads(done.stdout.strip().splitlines()[-1])
     assert box["isolated"] and box["own_namespaces"] == NAMESPACES and box["host_uid"] == 65534, box
     # The attacks on the box get the verdicts they get as root, and later jobs are judged right.
+    verdicts = {name: status for name, (status, _) in found.items()}
     assert verdicts == {"channel_takeover_via_proc": "correct", "plant_package_in_workdir": "correct",
-                        "root_remount_and_write": "correct", "honest": "correct", "zeros": "incorrect"}, verdicts
+                        "root_remount_and_write": "correct", "honest": "correct", "zeros": "incorrect"}, found
 
 
-def _attacks(tmp_path: Path) -> dict[str, str]:
+def _attacks(tmp_path: Path) -> dict[str, tuple[str, str]]:
     """A few of the box's attack fixtures, then an honest and a zeros kernel, in one Verifier with
-    the static rules off: each one's verdict status."""
+    the static rules off: each one's verdict status and reason (and the end of its stderr)."""
     from kernelloop.tools.verify.verifier import Verifier
+
+    def seen(source: str) -> tuple[str, str]:
+        verdict = _verify(verifier, source)
+        return verdict.status.value, f"{verdict.reason} | {verdict.stderr_tail[-600:]}"
 
     found = {}
     with Verifier(device="cpu", workspace=tmp_path / "attacks", time_it=False, compile_timeout_s=30,
                   run_timeout_s=30, static_checks=False) as verifier:
         for name in ("channel_takeover_via_proc", "plant_package_in_workdir", "root_remount_and_write"):
-            found[name] = _verify(verifier, (FIXTURES / "cheats" / f"{name}.py").read_text()).status.value
-        found["honest"] = _verify(verifier, (FIXTURES / "honest" / "relu_triton.py").read_text()).status.value
-        found["zeros"] = _verify(verifier, ZEROS).status.value
+            found[name] = seen((FIXTURES / "cheats" / f"{name}.py").read_text())
+        found["honest"] = seen((FIXTURES / "honest" / "relu_triton.py").read_text())
+        found["zeros"] = seen(ZEROS)
     return found
 
 
