@@ -16,7 +16,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from kernelloop.graph.usage import Usage
 from kernelloop.problem import Problem, ProblemError
@@ -101,7 +101,21 @@ class RunEnvironment(BaseModel):
     hostname: str = ""
 
 
-class BenchRecord(BaseModel):
+class _WorkloadsWhereAny(BaseModel):
+    """A record whose `workloads` and `slowest_workload` are written only where its problem has workloads:
+    the records and summaries of problems without get_workloads read as they did before workloads existed
+    (and a shipped report is made again from its raw files bit for bit)."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_workloads(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if not getattr(self, "workloads", None) and not getattr(self, "slowest_workload", None):
+            data.pop("workloads", None)
+            data.pop("slowest_workload", None)
+        return data
+
+
+class BenchRecord(_WorkloadsWhereAny):
     """One line of results.jsonl: one attempt at one problem."""
 
     suite: str
@@ -152,7 +166,7 @@ class BaselineMetrics(BaseModel):
     timed: int = Field(description="correct problems with a speedup over this baseline")
 
 
-class ProblemSummary(BaseModel):
+class ProblemSummary(_WorkloadsWhereAny):
     """One problem, from all its attempts: solved if any attempt is correct; speedups of the best."""
 
     problem: str

@@ -42,7 +42,8 @@ def test_a_wrong_workload_shows_its_reason_and_old_records_read():
     text = render_markdown(summary, {}, [], Path("."))
     assert "| w | cols_3000 | incorrect | - | - | - | max_abs_err 40 |" in text
     old = record("relu", Status.correct, 1.2).model_dump(mode="json")
-    del old["workloads"], old["slowest_workload"]
+    assert "workloads" not in old and "slowest_workload" not in old  # written only where a problem has workloads
     assert BenchRecord.model_validate(old).workloads == {}
+    assert "workloads" in record("w", Status.incorrect, workloads=wrong).model_dump(mode="json")
     plain = metrics.summarize("s", Mode.candidates, ["relu"], [BenchRecord.model_validate(old)])
     assert "Per workload" not in render_markdown(plain, {}, [], Path("."))
