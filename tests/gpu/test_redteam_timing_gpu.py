@@ -135,20 +135,6 @@ def candidate_window(predicate: Callable, what: str) -> Callable[[Verdict], str 
 # --------------------------------------------------------------------------- the parent's clock around windows
 
 
-def test_a_window_whose_unchecked_replays_are_skipped_is_not_faster(unlinted):
-    """timing_driver._windows picks calls of the last replay alone (`last = (times - 1) * calls`), and the
-    child runs the replays: one replay in place of `repeats` reads as 1/repeats of the work, under
-    FIXED_ALLOWANCE_MS, so its forged events (a tenth) stand. It read about 10x against commit 48489a7; since then
-    windows have no replays (each counts only calls whose outputs it commits to), so there is nothing to skip."""
-    from kernelloop.tools.verify import harness
-
-    if not hasattr(harness, "replays"):
-        pytest.skip("windows do not replay their graph: nothing to skip (tests/verify/test_redteam_timing.py "
-                    "checks that every call a window counts can be picked)")
-    judge(unlinted, "redteam_timing_skip_unchecked_replays",
-          printed("redteam_timing_skip_unchecked_replays: replayed 1 of"))
-
-
 def test_windows_shrunk_by_a_slow_host_in_the_blocks_still_bound_forged_events(unlinted):
     """A sleep after each timed call of a block (outside its events) makes timing_driver._window_calls size
     windows at MIN_CALLS and _repeats cut its replays by WINDOW_BUDGET_MS: a window's work falls under
