@@ -168,13 +168,15 @@ def test_an_elementwise_answer_drawn_like_the_inputs_is_not_faster(unlinted):
 
 
 def test_an_output_computed_when_read_is_not_faster(unlinted):
-    """No hook, no forged timer: a torch flag the harness sets only for checked calls tells the forward a
-    timed call, where it returns a tensor subclass computed when first read: after the stop event in a block
-    (the events time nothing), after the last replay in a window (its graph holds no GEMM: one replay's
-    calls are computed for repeats x calls). Expected on current main: FAILS (a few x)."""
-    judge(unlinted, "redteam_timing_deferred_output_phase_oracle",
-          both(printed("redteam_timing_deferred_output_phase_oracle: a timed output computed when read"),
-               candidate_window(lambda c: c.replayed, "replayed as a graph (its capture may have failed: see stderr)")))
+    """No hook, no forged timer: it reads torch.backends.cudnn.allow_tf32 to tell a timed call (where it would
+    return a tensor subclass computed when first read, after the stop event) from a checked one. Both children
+    now hold one precision for every call (_runtime.hold_declared_precision), so it never sees a timed call:
+    it computes every call, and reads no faster than its twin. Its marker must not show (the oracle closed)."""
+    def never_engaged(verdict: Verdict) -> str | None:
+        marker = "redteam_timing_deferred_output_phase_oracle: a timed output computed when read"
+        return None if marker not in verdict.stdout_tail else "the flag told it a timed call: the oracle is open"
+
+    judge(unlinted, "redteam_timing_deferred_output_phase_oracle", never_engaged)
 
 
 def test_claims_made_smaller_in_the_scrutiny_block_gain_nothing(unlinted):

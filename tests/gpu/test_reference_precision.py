@@ -46,7 +46,7 @@ def test_a_float32_reference_at_declared_precision_is_float32_accurate(op):
         assert on > 5 * off  # cuDNN may pick an algorithm without TF32 for a conv: printed, not asserted
 
 
-def test_declared_precision_restores_the_defaults_the_baselines_run_with():
+def test_declared_precision_restores_the_settings_it_found():
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     with declared_precision():
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32

@@ -111,15 +111,12 @@ def rehearsal(tmp_path_factory):
 
 @pytest.mark.parametrize(("stem", "problem", "marker"), [
     ("redteam_timing_lookup_elementwise", "gelu_scaled.py", "a back-to-back window answered without its forward"),
-    ("redteam_timing_deferred_output_phase_oracle", "matmul.py", "a timed output computed when read"),
     ("redteam_timing_memo_integer_inputs", "embedding_gather.py", "a timed call answered from the memo"),
 ])
 def test_timed_outputs_made_outside_the_timed_work_pass_every_check_of_the_timed_calls(rehearsal, stem, problem, marker):
-    """Three attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
+    """Two attacks' conversations on the CPU, each printing one line when its trick runs. The lookup's child
     answers each back-to-back window by writing the answers into its kept copies (no forward call) and its
-    blocks' answers before each timed region. The deferred output's forward (no hook: a flag tells it a timed
-    call) returns a tensor whose values are computed when the harness first reads them, after the stop event,
-    or after a window's calls. The integer memo (no hook, nothing the lint refuses) answers every timed call of
+    blocks' answers before each timed region. The integer memo (no hook, nothing the lint refuses) answers every timed call of
     a problem without floating inputs from a memo by address, rightly: none of their values is fresh. Every
     digest and every checked call is right, so all are correct. On a GPU the same calls read as little or no
     work (tests/gpu/test_redteam_timing_gpu.py): the checks bind the outputs, never how or when they were made."""
@@ -226,24 +223,66 @@ def test_a_later_calls_values_do_not_exist_before_the_windows_call_ahead_of_it()
     assert all(torch.equal(window.sets[j][0], request.values(j)[0]) for j in range(8))
 
 
-@pytest.mark.xfail(strict=True, reason="open: harness.run_one sets declared_precision for checked calls alone, so a "
-                   "forward reads which kind of call it is in (torch.backends.cudnn.allow_tf32): "
-                   "tests/fixtures/cheats/redteam_timing_deferred_output_phase_oracle.py")
-def test_a_forward_cannot_tell_a_checked_call_from_a_timed_one_by_torchs_settings():
+_RELU_TRITON = (FIXTURES / "honest" / "relu_triton.py").read_text()
+_SEEN_SETTINGS = """
+SEEN = []
+
+
+def settings():
+    return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.conv.fp32_precision, torch.backends.cuda.matmul.fp32_precision)
+
+
+class Judged(ModelNew):
+    def forward(self, x):
+        SEEN.append(settings())
+        if SEEN[-1] != SEEN[0]:
+            raise RuntimeError(f"call {len(SEEN)} saw {SEEN[-1]}, the first call {SEEN[0]}")
+        return super().forward(x)
+"""
+
+
+def _probe(tmp_path: Path, name: str, body: str) -> Candidate:
+    """The honest Triton ReLU under another ModelNew whose forward does `body` first."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(_RELU_TRITON + body + "\n\nModelNew = Judged\n")
+    return Candidate.from_file(path)
+
+
+def test_a_forward_cannot_tell_a_checked_call_from_a_timed_one_by_torchs_settings(rehearsal, tmp_path):
     """Whatever a checked call guards (the type of its outputs, writes to inputs, aliasing, scaled and variant
     sets) a timed call doesn't: a forward that can tell them apart does the right thing only where it is
-    checked. What a forward reads of torch's precision settings in a checked call (harness.run_one, under
-    _runtime.declared_precision) must be what it reads in a timed call (the timing rounds and windows run
-    outside it, at PyTorch's defaults)."""
-    from kernelloop.tools.verify._runtime import declared_precision, precision_flags
+    checked (redteam_timing_deferred_output_phase_oracle read torch.backends.cudnn.allow_tf32). A forward that
+    raises where torch's precision settings differ from its first call's is called in the trials, the decoy
+    runs, the timing rounds, the windows and the fresh check: it sees one setting throughout."""
+    verdict = rehearsal.verify(_probe(tmp_path, "settings_probe", _SEEN_SETTINGS), Problem.from_file(PROBLEMS / "relu.py"))
+    assert verdict.status is Status.correct, verdict.reason
+    assert "timed calls picked at random" in verdict.feedback
+    oracle = rehearsal.verify(Candidate.from_file(CHEATS / "redteam_timing_deferred_output_phase_oracle.py"),
+                              Problem.from_file(PROBLEMS / "matmul.py"))
+    assert oracle.status is Status.correct, oracle.reason
+    assert "a timed output computed when read" not in oracle.stdout_tail, "the flag told it a timed call"
 
-    def seen() -> tuple:
-        return (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, tuple(sorted(precision_flags().items())))
 
-    timed = seen()
-    with declared_precision():
-        checked = seen()
-    assert checked == timed, f"checked calls see {checked}, timed calls {timed}"
+def test_a_forward_that_switches_tf32_on_in_a_timed_call_is_ended(rehearsal, tmp_path):
+    """Past the trials (their 4 checked calls and 2 decoy runs, all at the declared precision), the forward
+    turns cuDNN's TF32 on: torch's ops below the precision that was judged, where only the timed checks
+    compare. The child reads the settings after each timing request and ends with changes_precision."""
+    body = """
+
+CALLS = []
+
+
+class Judged(ModelNew):
+    def forward(self, x):
+        CALLS.append(1)
+        if len(CALLS) == 12:
+            torch.backends.cudnn.allow_tf32 = True
+        return super().forward(x)
+"""
+    verdict = rehearsal.verify(_probe(tmp_path, "switch_probe", body), Problem.from_file(PROBLEMS / "relu.py"))
+    assert verdict.code.value == "changes_precision", verdict.reason
+    assert "timing" in verdict.reason or "block" in verdict.reason or "time" in verdict.reason, verdict.reason
 
 
 def test_a_problem_whose_timed_calls_rerun_seen_values_gets_no_speedup():

@@ -188,6 +188,17 @@ def _set_legacy_tf32(matmul: bool, cudnn: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
+def hold_declared_precision() -> dict[str, str]:
+    """Set the declared precision for the rest of this process (no restore) and return the settings
+    as set. Both children call it before anything of the problem's or the candidate's runs, so every
+    call in them, checked or timed, the candidate's or a baseline's, runs torch's float32 ops the
+    same way: a forward can't tell a checked call from a timed one by torch's settings, and the
+    timed speed is of the arithmetic that was judged."""
+    set_precision_flags(DECLARED_PRECISION)
+    _set_legacy_tf32(False, False)  # the legacy flags' own state too, so their getters agree
+    return precision_flags()
+
+
 @contextmanager
 def declared_precision() -> Iterator[dict[str, str]]:
     """Float32 computed in float32: TF32 off for cuBLAS matmuls and cuDNN convolutions (oneDNN kept
@@ -198,13 +209,11 @@ def declared_precision() -> Iterator[dict[str, str]]:
     judged by the tolerance. By default PyTorch lets cuDNN convolve float32 in TF32 (a 10-bit
     mantissa, relative error ~1e-3 on a large reduction: the whole float32 `rel` bound; ResNet101
     solutions read rel_err 0.065 on an H200 with only the candidate's side in TF32), and a problem
-    may switch matmuls to TF32 too. Timed runs are outside it on both sides, as PyTorch runs by
-    default (what a candidate is measured against is what a user would get). Yields the settings as
-    set, to check after the block (precision_changes)."""
+    may switch matmuls to TF32 too. The children hold it for their whole life besides
+    (hold_declared_precision): timed calls, the baselines' too, run under the same settings. Yields
+    the settings as set, to check after the block (precision_changes)."""
     before, legacy = precision_flags(), _legacy_tf32()
-    set_precision_flags(DECLARED_PRECISION)
-    _set_legacy_tf32(False, False)  # the legacy flags' own state too, so their getters agree
-    declared = precision_flags()
+    declared = hold_declared_precision()
     try:
         yield declared
     finally:

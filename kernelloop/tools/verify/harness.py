@@ -38,6 +38,7 @@ from kernelloop.tools.verify._runtime import (
     INIT_SEED,
     OpRecorder,
     declared_precision,
+    hold_declared_precision,
     no_collection,
     precision_changes,
     precision_flags,
@@ -300,15 +301,15 @@ def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
 
 
 def switched_precision(changed: dict[str, str], where: str = "its forward") -> tuple[Code, str]:
-    """A checked run whose forward changed torch's float32 precision settings. The harness sets them
-    (declared_precision: the reference's, TF32 off) before each checked run and reads them after;
-    whatever it finds, the next run starts from its own settings again. A change is rejected, not
-    only undone: in a checked run it can only lose accuracy against the reference, so its one use is
-    to run torch's ops below the declared precision where nothing compares them (the timed calls,
-    against baselines at PyTorch's defaults), and a forward that flips process-wide settings changes
-    its caller's numerics besides (like writing to its inputs). A forward that switches and restores
-    them within one call is not seen here (architecture.md, Known gaps). A change at import or in
-    ModelNew(...) is rejected too (run_candidate): its timed calls would run with it."""
+    """A forward that changed torch's float32 precision settings. The child holds them at the
+    reference's (hold_declared_precision: TF32 off) for every call, checked or timed, and reads them
+    after each checked run and each of the parent's timing requests. A change is rejected, not only
+    undone: in a checked run it can only lose accuracy against the reference, so its one use is to
+    run torch's ops below the declared precision where nothing compares them (the timed calls), and
+    a forward that flips process-wide settings changes its caller's numerics besides (like writing
+    to its inputs). A forward that switches and restores them within one call is not seen here
+    (architecture.md, Known gaps). A change at import or in ModelNew(...) is rejected too
+    (run_candidate)."""
     what = ", ".join(f"{name} {change}" for name, change in sorted(changed.items()))
     return (Code.changes_precision,
             f"changes precision: {where} switched torch's float32 precision ({what}); "
@@ -390,9 +391,9 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     counter.install(job.get("prebuilt"))
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
+    settings = hold_declared_precision()  # every call's, checked or timed: its own code may not change them
     try:
         names = reference_names(job)  # a run of the reference's source, where it takes names from it
-        settings = precision_flags()  # what its timed calls run with (PyTorch's defaults): its own code may not change it
         candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate", names=names)
     except Exception as exc:  # import errors are the candidate's compile errors
         return {"status": "compile_error", "code": Code.import_failed.value,
@@ -426,7 +427,7 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     if changed:  # set at import or in __init__: its timed calls would run torch's ops in TF32
         code, reason = switched_precision(changed, "its import or ModelNew(...)")
         return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
-    session = _CandidateSession(model, input_sets, counter, job, channel)
+    session = _CandidateSession(model, input_sets, counter, job, channel, settings)
     session.pool_sets, session.all_sets = pool_sets, all_sets
     session.workloads = workload_layout(given.get("workloads"), len(input_sets), len(all_sets))
     if session.workloads:  # timed first: get_inputs' own sets (the first workload's), as without workloads
@@ -471,8 +472,10 @@ def workload_layout(raw: object, trials: int, total: int) -> dict[str, tuple[int
 class _CandidateSession:
     """The candidate's side of the conversation: trials, then whatever the parent asks."""
 
-    def __init__(self, model, input_sets: list[list], counter: LaunchCounter, job: dict, channel: Channel):
+    def __init__(self, model, input_sets: list[list], counter: LaunchCounter, job: dict, channel: Channel,
+                 settings: dict[str, str] | None = None):
         self.model, self.input_sets, self.counter, self.job, self.channel = model, input_sets, counter, job, channel
+        self.settings = settings if settings is not None else precision_flags()  # torch's precision, held throughout
         self.device = job["device"]
         self.costs: dict[str, float] = {}  # the candidate's own compile and run time, kept out of the fixed cost
         self.overhead: dict[str, float] = {}
@@ -506,34 +509,31 @@ class _CandidateSession:
     def run(self) -> dict[str, Any]:
         found = self.trials()
         if found:
-            code, reason = found
-            return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason,
-                    "launches": dict(self.counter.launches)}
+            return self._ended(*found)
+        handlers = {"time": self.setup_timing, "block": self.block, "back": self.back, "capture": self.capture,
+                    "pick": self.pick, "profile": lambda _: self.profile(), "workload": self.select_workload,
+                    "rerun": self.rerun, "fresh": self._fresh_answer}
         while True:
             request = self.channel.receive()
             kind = next(iter(request), None)
-            if kind == "time":
-                self.channel.send({"time": self.setup_timing(request["time"])})
-            elif kind == "block":
-                self.channel.send({"block": self.block(request["block"])})
-            elif kind == "back":
-                with no_collection():
-                    self.channel.send({"back": self.back(request["back"])})
-            elif kind == "capture":
-                self.channel.send({"capture": self.capture(request["capture"])})
-            elif kind == "pick":
-                self.channel.send({"pick": self.pick(request["pick"])})
-            elif kind == "profile":
-                self.channel.send({"profile": self.profile()})
-            elif kind == "workload":
-                self.channel.send({"workload": self.select_workload(request["workload"])})
-            elif kind == "rerun":
-                self.channel.send({"rerun": self.rerun(request["rerun"])})
-            elif kind == "fresh":
-                found = self.fresh(request["fresh"]["inputs_path"])
-                self.channel.send({"fresh": {"found": found[1], "code": found[0].value} if found else {"found": None}})
-            else:  # "done", or anything else: the parent has what it needs
+            if kind not in handlers:  # "done", or anything else: the parent has what it needs
                 return {"status": "ran", **self.claims()}
+            with no_collection() if kind == "back" else contextlib.nullcontext():
+                answer = handlers[kind](request[kind])
+            # Every call runs at the settings it was given (hold_declared_precision), timed ones too:
+            # a forward that switched them where nothing compares its outputs is ended here.
+            changed = precision_changes(self.settings)
+            if changed:
+                return self._ended(*switched_precision(changed, f"a call of its {kind} request"))
+            self.channel.send({kind: answer})
+
+    def _ended(self, code: Code, reason: str) -> dict[str, Any]:
+        return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason,
+                "launches": dict(self.counter.launches)}
+
+    def _fresh_answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        found = self.fresh(request["inputs_path"])
+        return {"found": found[1], "code": found[0].value} if found else {"found": None}
 
     def trials(self) -> tuple[Code, str] | None:
         """Every given input set once, outputs saved for the parent; returns a claim-level problem

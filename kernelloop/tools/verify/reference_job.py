@@ -48,6 +48,7 @@ from kernelloop.tools.verify._runtime import (
     INIT_SEED,
     OpRecorder,
     declared_precision,
+    hold_declared_precision,
     make_inputs,
     no_collection,
     seed_all,
@@ -147,6 +148,7 @@ class ReferenceJob:
         seed_all(INIT_SEED)
         self.init_inputs = list(self.problem.get_init_inputs())
         self.model = self.problem.Model(*self.init_inputs).to(self.device)
+        hold_declared_precision()  # everything from here on, the baselines' timed calls too, as the candidate's child runs
         self.ops: dict[str, int] | None = None
         self.work: dict[str, int] = {}  # each op's elements on the first set (OpRecorder.compute_work)
         self.full_baselines = bool(job.get("full_baselines"))
@@ -243,7 +245,7 @@ class ReferenceJob:
             donors = []
         outputs = []
         rng = _rng_state(self.device)  # the state set 0's forward runs with (dropout), for the float64 rerun
-        # at the declared precision (TF32 off); the baselines, timed later, run with PyTorch's defaults
+        # at the declared precision (TF32 off), as is everything in both children (hold_declared_precision)
         with torch.no_grad(), declared_precision():
             for inputs in sets:
                 if self.ops is None:
@@ -453,7 +455,7 @@ class ReferenceJob:
             raise RuntimeError("asked to remake timed values before any trial sets were made")
         fresh = self.pool.request(int(request["seed"]), int(request["calls"]))
         outputs = []
-        # at PyTorch's defaults, as the candidate's timed calls ran (its checked calls run at the declared precision)
+        # at the declared precision, held by both children for every call (timed ones too)
         with torch.no_grad():
             for index in request["indices"]:
                 out = self.model(*fresh.values(int(index)))

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 TRUSTED_CACHE_ENV = "KERNELLOOP_TRUSTED_CACHE"
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: baselines timed at the declared precision (hold_declared_precision)
 RECORD_LIMIT_BYTES = 1 << 20
 CACHED_NAMES = ("compile", "compile_max_autotune")  # the baselines whose making costs a compile
 

@@ -14,7 +14,7 @@ import torch
 import kernelloop.tools.profile.measure  # noqa: F401  (preloaded so each fork starts warm: the timing imports it)
 from kernelloop.problem import import_source
 from kernelloop.sandbox.channel import Channel
-from kernelloop.tools.verify._runtime import INIT_SEED, make_inputs
+from kernelloop.tools.verify._runtime import INIT_SEED, hold_declared_precision, make_inputs
 from kernelloop.tools.verify.child import preload, prepare, serve  # noqa: F401 - the zygote calls prepare and preload here
 from kernelloop.tools.verify.reference_job import run_reference
 
@@ -24,6 +24,7 @@ def run_baselines(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     from kernelloop.tools.profile.measure import measure_baselines
 
     problem = import_source(Path(job["problem_path"]), "kernelloop_problem")
+    hold_declared_precision()  # the baselines' speed at the arithmetic a verification times them at
     input_sets = [make_inputs(problem, seed, job["device"]) for seed in job["seeds"]]
     channel.phase("timing")
     with torch.no_grad():
