@@ -116,7 +116,9 @@ def _numbers(verdict, started: float) -> dict:
             # a verdict other than correct keeps its whole reason and where it was wrong (an honest kernel's is a bug)
             "reason": verdict.reason if verdict.status.value != "correct" else verdict.reason[:120],
             "feedback": verdict.feedback[-3000:] if verdict.status.value != "correct" else "",
-            "phases_s": {k: round(v, 3) for k, v in verdict.cost_s.items() if k.startswith("phase_")}}
+            "phases_s": {k: round(v, 3) for k, v in verdict.cost_s.items() if k.startswith("phase_")},
+            # inside the timing phases: where the rounds' and the windows' wall time went (timing_driver.TIMING_PARTS)
+            "timing_parts_s": {k: round(v, 3) for k, v in verdict.cost_s.items() if k.startswith("timing_") and k != "timing_s"}}
 
 
 def verify(verifier: Verifier, candidate: Path, problem: Path, fresh: bool = True, rules: bool = True) -> dict:
@@ -243,7 +245,7 @@ def tables(out: dict) -> str:
         lines.append(f"speedup/events: median {statistics.median(ratios):.3f}, worst |ratio - 1| "
                      f"{max(abs(r - 1) for r in ratios):.3f}; spread worst {max(spreads):.3f}; fixed cost median on "
                      f"{_f(_med(fixed['on']), '.3f')} s, off {_f(_med(fixed['off']), '.3f')} s")
-    lines += _phase_table(out)
+    lines += _phase_table(out) + _parts_table(out)
     if out["memos"]:
         lines += ["", "(c) memo fixtures, default settings: static rules on, off, the honest twin (speedup, clock)",
                   f"{'memo':34} {'rules on':>28} {'rules off':>28} {'twin':>7} {'off/twin':>8}"]
@@ -277,6 +279,26 @@ def _phase_table(out: dict) -> list[str]:
                      f"{_f(med['on']['phase_rounds_s'], '.2f'):>6} "
                      f"{_f(med['on']['phase_timing_s'], '.2f'):>5}/{_f(med['off']['phase_timing_s'], '.2f'):<5} "
                      f"{_f(wall['on'], '.2f'):>5}/{_f(wall['off'], '.2f'):<5}")
+    return lines
+
+
+def _parts_table(out: dict) -> list[str]:
+    """(e) where a run kept them: inside fresh timing, the parent's clock around each part (median seconds a
+    verification; timing_driver.TIMING_PARTS says what each is)."""
+    from kernelloop.tools.verify.timing_driver import TIMING_PARTS
+
+    rows = {stem: runs["on"] for stem, runs in out["examples"].items() if any(r.get("timing_parts_s") for r in runs["on"])}
+    if not rows:
+        return []
+    keys = [f"timing_{part}" for part in TIMING_PARTS]
+    short = [part.removesuffix("_s") for part in TIMING_PARTS]
+    lines = ["", "(e) fresh timing's parts, median seconds a verification: " + "; ".join(
+        f"{name}: {what}" for name, what in zip(short, TIMING_PARTS.values())),
+        f"{'candidate':28} " + " ".join(f"{name[:15]:>15}" for name in short)]
+    for stem, runs in rows.items():
+        cells = [_med([(r.get("timing_parts_s") or {}).get(k) for r in runs if (r.get("timing_parts_s") or {}).get(k) is not None])
+                 for k in keys]
+        lines.append(f"{stem[:28]:28} " + " ".join(f"{_f(c, '.2f'):>15}" for c in cells))
     return lines
 
 

@@ -372,6 +372,12 @@ def test_an_honest_kernel_passes_the_checks_of_its_timed_calls(rehearsal):
     assert verdict.status is Status.correct, verdict.reason
     assert verdict.speedup is None and any("timing protocol ran on host clocks" in w for w in verdict.warnings)
     assert "timed calls picked at random" in verdict.feedback
+    # where the timing's time went, part by part (the rehearsal makes no graphs, but asks for them)
+    from kernelloop.tools.verify.timing_driver import TIMING_PARTS
+
+    parts = {k.removeprefix("timing_"): v for k, v in verdict.cost_s.items() if k.startswith("timing_") and k != "timing_s"}
+    assert set(parts) == set(TIMING_PARTS) and all(v > 0 for v in parts.values()), parts
+    assert sum(parts.values()) <= verdict.cost_s["timing_s"] + verdict.cost_s.get("phase_rounds_s", 0.0) + 0.01
 
 
 @pytest.mark.parametrize("fixture", ["cheats/stale_after_warmup.py", "cheats/memo_softmax_by_address.py"])

@@ -631,9 +631,9 @@ class _CandidateSession:
         return self.timing
 
     def setup_timing(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The timing rounds: with fresh values (`fresh`, opt-in: Verifier.fresh_timing), one set of
+        """The timing rounds: with fresh values (`fresh`: Verifier.fresh_timing, the default), one set of
         input buffers, written before every timed call from the request's seed, and room to keep
-        `keep_calls` outputs; without (the default), the trial sets in turn, as before fresh timing."""
+        `keep_calls` outputs; without (fresh_timing=False), the trial sets in turn, as before fresh timing."""
         from kernelloop.tools.profile.timing import rounds_on
 
         self.channel.phase("timing")

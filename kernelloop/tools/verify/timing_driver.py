@@ -74,6 +74,32 @@ FIXED_ALLOWANCE_MS = 1.0
 OVERHEAD = "overhead"  # the trusted job's window of everything but the calls
 
 
+TIMING_PARTS = {  # where fresh timing's wall time goes (Verdict.cost_s "timing_<part>"), the parent's clock
+    "rounds_trusted_s": "the baselines' blocks of rounds, in the trusted job",
+    "rounds_child_s": "the candidate's blocks of rounds, in its child",
+    "rounds_checks_s": "checks of the blocks' picked calls (handed over, remade in the trusted job, compared)",
+    "capture_s": "each side's window captured as a CUDA graph",
+    "windows_trusted_s": "the baselines' and the overhead's back-to-back windows",
+    "windows_child_s": "the candidate's back-to-back windows",
+    "windows_checks_s": "checks of the windows' picked calls",
+}
+
+
+class _Spent:
+    """Adds the wall time of each `with spent(part):` block to parts[part] (seconds)."""
+
+    def __init__(self, parts: dict[str, float]):
+        self.parts = parts
+
+    @contextlib.contextmanager
+    def __call__(self, part: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.parts[part] = self.parts.get(part, 0.0) + time.perf_counter() - started
+
+
 @dataclass
 class Rehearsed:
     """The timing protocol run on the CPU (host clocks, tests only): how many timed calls were
@@ -118,7 +144,7 @@ def _samples(answer: dict | None, names: list[str]) -> dict[str, list[float]] | 
 
 def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None = None,
                  laps: Stopwatch | None = None, timed: dict | None = None, checks: TimedChecks | None = None,
-                 rehearse: bool = False) -> SpeedJudgement | TimedFailure | Rehearsed | str:
+                 rehearse: bool = False, parts: dict[str, float] | None = None) -> SpeedJudgement | TimedFailure | Rehearsed | str:
     """Time the candidate against its baselines on the sets the trusted job made last; a string
     when the candidate's child broke off or answered nonsense, a TimedFailure when a timed call
     failed its check (the caller turns either into a verdict). `cuda_index`: this process's index
@@ -126,14 +152,15 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
     compile (their times come from a cached record; the trusted job builds them anyway if it
     already has). `laps`: the verification's Stopwatch to mark "baselines", "timing" and "profile"
     on; `timed` gets the baselines timed ("timed") and their compile times. `checks`: fresh timing
-    (opt-in): fresh values for every timed call and checks of calls picked at random; None (the
-    default) times exactly as before them. `rehearse` (fresh timing only): the CPU, for tests: the
-    same conversation on host clocks, no profile and no speed."""
+    (the verifier's default): fresh values for every timed call and checks of calls picked at
+    random; None (`fresh_timing=False`) times as before them. `rehearse` (fresh timing only): the CPU, for tests: the
+    same conversation on host clocks, no profile and no speed. `parts` (fresh timing) gets where the
+    timing's wall time went, seconds by TIMING_PARTS, added to what it holds."""
     if checks is None:
         if rehearse:
             raise ValueError("a timing rehearsal runs fresh timing: it needs checks")
         return _drive_plain(session, server, cuda_index, skip, laps, timed)
-    return _drive_fresh(session, server, cuda_index, skip, laps, timed, checks, rehearse)
+    return _drive_fresh(session, server, cuda_index, skip, laps, timed, checks, rehearse, {} if parts is None else parts)
 
 
 def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None,
@@ -200,8 +227,9 @@ def _drive_plain(session: JobSession, server: ReferenceServer, cuda_index: int |
 
 def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int | None, skip: list[str] | None,
                  laps: Stopwatch | None, timed: dict | None, checks: TimedChecks,
-                 rehearse: bool) -> SpeedJudgement | TimedFailure | Rehearsed | str:
-    """Timing with fresh values and checks of timed calls (opt-in)."""
+                 rehearse: bool, parts: dict[str, float]) -> SpeedJudgement | TimedFailure | Rehearsed | str:
+    """Timing with fresh values and checks of timed calls."""
+    spent = _Spent(parts)
     keep_calls = capacity(checks.nbytes)
     # Both set up at once: the child's (its buffers, and on a GPU the digest kernel's compile) while
     # the trusted job builds and warms the baselines.
@@ -226,8 +254,10 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         """One block of rounds in both processes, its samples kept; its candidate calls checked
         (some, with a probability, or all)."""
         seed = TimedChecks.seed()
-        baseline_block = server.ask("block", {"rounds": rounds, "seed": TimedChecks.seed()})
-        answer, wall_ms = _ask(session, "block", {"rounds": rounds, "seed": seed}, timed=True)
+        with spent("rounds_trusted_s"):
+            baseline_block = server.ask("block", {"rounds": rounds, "seed": TimedChecks.seed()})
+        with spent("rounds_child_s"):
+            answer, wall_ms = _ask(session, "block", {"rounds": rounds, "seed": seed}, timed=True)
         claimed = _samples(answer, candidate_names)
         trusted = _samples(baseline_block, names)
         if claimed is None or trusted is None or any(len(v) != rounds for v in (*claimed.values(), *trusted.values())):
@@ -244,7 +274,8 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
             return None
         picked = list(range(rounds)) if check_all else TimedChecks.pick(rounds, BLOCK_PICKS)
         # the candidate's call of round r is call 2r of the request (the rounds' calls numbered candidate first)
-        failed = checks.check(seed, 2 * rounds, [(r, 2 * r) for r in picked], digests)
+        with spent("rounds_checks_s"):
+            failed = checks.check(seed, 2 * rounds, [(r, 2 * r) for r in picked], digests)
         checked_rounds.extend(done + r for r in picked)
         return failed
 
@@ -273,10 +304,11 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         # in the window's memory; past that, as few calls as a window needs.
         fit = max(int(baseline_setup.get("window_sets") or 0), MIN_CALLS)
         calls = _window_calls(samples, parent_block_ms, max(1, min(keep_calls, fit)))
-        replayed = _capture(session, server, names, calls)
+        with spent("capture_s"):
+            replayed = _capture(session, server, names, calls)
         if isinstance(replayed, str):
             return replayed
-        backs = _windows(session, server, names, calls, _medians(samples), checks, replayed)
+        backs = _windows(session, server, names, calls, _medians(samples), checks, replayed, spent)
         if not isinstance(backs, Windows):
             return backs
     if laps is not None:
@@ -395,22 +427,25 @@ def _capture(session: JobSession, server: ReferenceServer, names: list[str], cal
 
 
 def _windows(session: JobSession, server: ReferenceServer, names: list[str], calls: int, events_ms: dict[str, float],
-             checks: TimedChecks | None, replayed: bool = False) -> Windows | TimedFailure | str:
+             checks: TimedChecks | None, replayed: bool = False, spent: _Spent | None = None) -> Windows | TimedFailure | str:
     """Rounds of back-to-back windows, every baseline's in the trusted job and the candidate's in its
     child, with (fresh values, `checks`) the overhead window and a check of one call of each
     candidate window picked at random; MIN_WINDOWS, then more (to MAX_WINDOWS) while the parent's
     clock would decide a side over its events (`Windows.deciding`, with `events_ms`, each side's
-    event median). `replayed`: every window a replay of its side's CUDA graph."""
+    event median). `replayed`: every window a replay of its side's CUDA graph. `spent`: where the time went."""
+    spent = spent or _Spent({})
     backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [])
     started = time.perf_counter()
     while True:
-        for name in names:
-            backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed))
-        if checks is not None:
-            backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True, replayed))
+        with spent("windows_trusted_s"):
+            for name in names:
+                backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed))
+            if checks is not None:
+                backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True, replayed))
         seed = TimedChecks.seed()
         request = {"calls": calls, "seed": seed, **({"graph": True} if replayed else {})} if checks else {"calls": calls}
-        answer, wall_ms = _ask(session, "back", request, timed=True)
+        with spent("windows_child_s"):
+            answer, wall_ms = _ask(session, "back", request, timed=True)
         if answer is None:
             return "the candidate's process stopped answering during the back-to-back check"
         backs.walls[CANDIDATE].append(wall_ms)
@@ -419,7 +454,8 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
             if digests is None:
                 return "the candidate's process answered the back-to-back check without a digest of each output"
             picks = TimedChecks.pick(calls, 1)
-            failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
+            with spent("windows_checks_s"):
+                failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
             if failed is not None:
                 return failed
         enough = backs.windows >= MIN_WINDOWS and not backs.deciding(events_ms)

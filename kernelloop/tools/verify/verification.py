@@ -96,6 +96,7 @@ class Verification:
         # The reference's and the timing's share of this verification, kept out of the fixed cost.
         self.parent_costs: dict[str, float] = {}
         self.overlapped: dict[str, float] = {}  # costs beside the critical path (not in fixed_s)
+        self.timing_parts: dict[str, float] = {}  # where the timing's wall time went (timing_driver.TIMING_PARTS)
         self.kept = KeptBaselines()  # the baseline-cache lookup (key, record, what to store)
         # Fresh timing (opt-in, Verifier.fresh_timing), decided once per verification; its checks of
         # timed calls once timing begins.
@@ -222,7 +223,8 @@ class Verification:
         claims = outcome.result if isinstance(outcome.result, dict) else {}
         candidate_costs = claimed_seconds(claims.get("costs"), names=CHILD_COSTS)
         candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s
-        verdict.cost_s = {**verdict.cost_s, **self.parent_costs, **self.overlapped, "child_s": outcome.elapsed_s,
+        verdict.cost_s = {**verdict.cost_s, **self.parent_costs, **self.overlapped,
+                          **{f"timing_{part}": s for part, s in self.timing_parts.items()}, "child_s": outcome.elapsed_s,
                           **candidate_costs, "total_s": self.clock.elapsed()}
         written_at = claimed_seconds({"t": claims.get("written_at")}).get("t")  # a time.time() stamp
         if written_at is not None and written_at > 1e9:  # the child's exit after its result: CUDA context teardown
@@ -330,7 +332,8 @@ class Verification:
                 # no torch.compile on the CPU: its rehearsal's baselines need none
                 skip = list(trusted_cache.CACHED_NAMES) if rehearse else self.kept.skip
                 one = drive_timing(session, server, cuda_index, skip=skip, laps=self.clock,
-                                   timed=self.kept.timed if not index else None, checks=self.checks, rehearse=rehearse)
+                                   timed=self.kept.timed if not index else None, checks=self.checks, rehearse=rehearse,
+                                   parts=self.timing_parts)
                 if isinstance(one, TimedFailure):
                     self.failed_workload = (name, one.reason) if name else None
                     return timed_failure_on(name or None, one) if self.layout.counts else one
