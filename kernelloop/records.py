@@ -194,6 +194,10 @@ class TimingStats(Record):
     # whether its windows hold enough of its claimed work for the parent's clock to bound the claim
     # (speed.CONFIRMING_WORK times the clock's resolution): None where no window was timed
     confirmed: bool | None = None
+    # replayed windows, timed step by step: the fastest "fill" (its sets written), "run" (the graph's
+    # calls) and "keep" (outputs kept, digested) in ms, and "excess": what its fill and keep took past
+    # the trusted job's same steps, added to its window's time (timing_driver.Windows.excess_ms)
+    window_steps_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -230,6 +234,7 @@ class Measurement(Record):
     # the candidate's per-call work besides its forward (the window's sets written, its output kept,
     # the digests), timed the same way in the trusted job and taken off its back-to-back time
     fresh_overhead_ms_per_call: float | None = None
+    window_steps_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # per side: TimingStats.window_steps_ms
     fresh_values: bool | None = None  # the trusted job: timed calls got values never seen (False: no float input)
     checked_rounds: list[int] = field(default_factory=list)  # rounds whose candidate output the parent checked
     parent_block_ms: list[float] = field(default_factory=list)  # the parent's clock around each block of rounds

@@ -492,6 +492,8 @@ class _CandidateSession:
         self.window: Window | None = None  # the back-to-back windows' input sets, one per call
         self.keep_each_call = False  # its calls return one buffer: a window keeps each output as its call ends
         self.graph: WindowGraph | None = None  # the windows' calls as one CUDA graph (window_graph.py)
+        self.staged: str | None = None  # the last step of a replayed window taken ("fill", "run"), None between windows
+        self.held: list = []  # a replayed window's outputs, between its "run" and "keep" steps
         # A problem with workloads: each one's sets ([start, stop), its pool's sets); the sets timed
         # now (one workload's, switched by the parent's "workload" request) and where they start.
         self.workloads: dict[str, tuple[int, int, list[int]]] = {}
@@ -682,10 +684,11 @@ class _CandidateSession:
 
     def back(self, request: dict[str, Any]) -> dict[str, Any]:
         """Back-to-back calls the parent times; with fresh values, in three steps each ended by a
-        synchronize, all inside the parent's clock: each call's set of its own written (a replayed
-        graph's all at once; a plain window's each just before its call), the calls (each output
-        held, nothing else between them), then their outputs kept and digested (timing_driver.py:
-        the trusted job's overhead window does the writes and the keeping alone)."""
+        synchronize: each call's set of its own written, the calls (each output held, nothing else
+        between them), then their outputs kept and digested (timing_driver.py: the trusted job's
+        overhead window does the writes and the keeping alone). A replayed graph's window takes them
+        as three requests (`stage`: "fill", "run", "keep"), each timed by the parent on its own; a
+        plain window (Python between its calls) writes each call's values just before it, in one."""
         from kernelloop.tools.profile.timing import back_to_back
 
         fn = self._rounds().fns[CANDIDATE]
@@ -694,18 +697,13 @@ class _CandidateSession:
             return {}
         if self.window is None:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
+        if "stage" in request:
+            return self._stage(str(request["stage"]), request)
         calls, window, kept, model = int(request["calls"]), self.window, self.kept, self.model
-        replay = bool(request.get("graph")) and self.graph is not None and self.graph.calls == calls
         request_values = self.pool.request(int(request["seed"]), calls)
-        window.prepare(request_values, each_call=not replay)
+        window.prepare(request_values, each_call=True)
         synchronize(self.device)
         kept.reset()
-        if replay and self.graph is not None:
-            outputs = self.graph.replay()
-            synchronize(self.device)
-            if not kept.keep_all(outputs):
-                raise RuntimeError("a captured window's outputs share memory")  # refused when captured
-            return {"digests": kept.digests()}
         if not self.keep_each_call:
             held: list = []
             back_to_back(lambda call: model(*window.inputs(call)), calls, calls, after=held.append)
@@ -719,11 +717,34 @@ class _CandidateSession:
                      after=lambda output: kept.keep(flatten_outputs(output)))
         return {"digests": kept.digests()}
 
+    def _stage(self, stage: str, request: dict[str, Any]) -> dict[str, Any]:
+        """One step of a replayed window, in the order fill, run, keep (anything else is refused)."""
+        window, kept, graph, pool = self.window, self.kept, self.graph, self.pool
+        if window is None or kept is None or graph is None or pool is None:
+            raise RuntimeError("a replayed window was asked for without a captured graph")
+        expected = {"fill": None, "run": "fill", "keep": "run"}
+        if stage not in expected or self.staged != expected[stage]:
+            raise RuntimeError(f"a replayed window's {stage!r} step came after {self.staged!r}")
+        self.staged = stage if stage != "keep" else None
+        if stage == "fill":
+            if int(request["calls"]) != graph.calls:
+                raise RuntimeError("a replayed window's calls differ from its graph's")
+            window.prepare(pool.request(int(request["seed"]), graph.calls))
+        elif stage == "run":
+            kept.reset()
+            self.held = graph.replay()
+        synchronize(self.device)
+        if stage != "keep":
+            return {}
+        if not kept.keep_all(self.held):
+            raise RuntimeError("a captured window's outputs share memory")  # refused when captured
+        return {"digests": kept.digests()}
+
     def capture(self, request: dict[str, Any]) -> dict[str, Any]:
         """Its calls on a window's sets as one CUDA graph, untimed, before the windows (window_graph.py);
         whether that worked."""
         model, calls = self.model, int(request["calls"])
-        self.graph = None
+        self.graph, self.staged = None, None
         if self.window is not None and self.device.startswith("cuda"):
             self.graph = WindowGraph.capture(lambda inputs: model(*inputs), self.window, calls)
         return {"graph": self.graph is not None}

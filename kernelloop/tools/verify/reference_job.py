@@ -168,6 +168,7 @@ class ReferenceJob:
         self.kept: Kept | None = None
         self.window: Window | None = None  # the back-to-back windows' input sets, one per call
         self.graphs: dict[str, WindowGraph] = {}  # each baseline's windows as one CUDA graph (window_graph.py)
+        self.held: list = []  # a replayed window's outputs, between its "run" and "keep" steps
 
     def inputs_for(self, seeds: list[int], variants: bool) -> tuple[list[list], list[int]]:
         """One input set per seed; with `variants`, the problem's extra shapes go before the last.
@@ -400,7 +401,8 @@ class ReferenceJob:
         own), or ("overhead") none at all. With fresh values, in the three steps a candidate's
         window takes in its child, the same code on the same shapes (harness.py `back`): the sets
         written, the calls (each output held), the outputs kept and digested; the overhead window
-        does the first and last alone, and the parent takes it off every side's window."""
+        does the first and last alone, and the parent takes it off every side's window. A replayed
+        window takes them as three requests (`stage`), as the candidate's does."""
         from kernelloop.tools.profile.timing import back_to_back
 
         name = request.get("name", "eager")
@@ -409,32 +411,52 @@ class ReferenceJob:
             return {}
         if self.pool is None or self.window is None or self.kept is None:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
+        if "stage" in request:
+            return self._stage(name, str(request["stage"]), request)
         calls, window, kept, like = int(request["calls"]), self.window, self.kept, self.like
-        graph = self.graphs.get(name) if request.get("graph") else None
-        replay = graph is not None and graph.calls == calls
-        # the overhead window writes as the windows it stands for do: all at once where they replay a graph
-        at_once = replay or (name == "overhead" and bool(request.get("graph")))
-        window.prepare(self.pool.request(int(request["seed"]), calls), each_call=not at_once)
+        window.prepare(self.pool.request(int(request["seed"]), calls), each_call=True)
         synchronize(self.device)
         kept.reset()
         held: list = []
-        if replay and graph is not None:
-            held = graph.replay()
-            synchronize(self.device)
-        elif name != "overhead":
+        if name != "overhead":
             fn = cast("Caller", self._timing.fns[name]).on
             back_to_back(lambda call: fn(window.inputs(call)), calls, calls, after=held.append)
         else:
-            if not at_once:
-                for call in range(calls):  # each call's values, written as a plain window writes them
-                    window.inputs(call)
-                synchronize(self.device)
+            for call in range(calls):  # each call's values, written as a plain window writes them
+                window.inputs(call)
+            synchronize(self.device)
             held = [like] * calls
-        if not kept.keep_all([flatten_outputs(output) for output in held], shared_ok=name == "overhead"):
-            kept.reset()  # a baseline that returns one buffer: kept call by call, after the fact (its time is taken)
-            for output in held:
-                kept.keep(flatten_outputs(output))
+        self._keep(held, name)
         return {"digests": len(kept.digests())}
+
+    def _stage(self, name: str, stage: str, request: dict[str, Any]) -> dict[str, Any]:
+        """One step of a replayed window of `name` (its graph; "overhead": the writes and the keeping alone)."""
+        if self.pool is None or self.window is None or self.kept is None:
+            raise RuntimeError("a replayed window was asked for before timing was set up")
+        if stage == "fill":
+            self.window.prepare(self.pool.request(int(request["seed"]), int(request["calls"])))
+        elif stage == "run":
+            self.kept.reset()
+            graph = self.graphs.get(name)
+            if name != "overhead" and graph is None:
+                raise RuntimeError(f"a replayed window of {name}, which has no graph")
+            self.held = graph.replay() if graph is not None else [self.like] * int(request["calls"])
+        elif stage != "keep":
+            raise RuntimeError(f"no step {stage!r} in a replayed window")
+        synchronize(self.device)
+        if stage != "keep":
+            return {}
+        self._keep(self.held, name)
+        return {"digests": len(self.kept.digests())}
+
+    def _keep(self, held: list, name: str) -> None:
+        """A window's outputs kept (the overhead's: the reference's first outputs, one per call)."""
+        if self.kept is None:
+            raise RuntimeError("outputs kept before timing was set up")
+        if not self.kept.keep_all([flatten_outputs(output) for output in held], shared_ok=name == "overhead"):
+            self.kept.reset()  # a baseline that returns one buffer: kept call by call, after the fact (its time is taken)
+            for output in held:
+                self.kept.keep(flatten_outputs(output))
 
     def capture(self, request: dict[str, Any]) -> dict[str, Any]:
         """Each baseline's calls on a window's sets as one CUDA graph, untimed, before the windows

@@ -118,6 +118,9 @@ def clock_line(stats: dict[str, TimingStats], names: list[str]) -> str:
         how = "replayed as a graph" if item.replayed else "back to back"
         if item.window_calls:
             how += f", {item.window_calls} calls a window"
+        excess = item.window_steps_ms.get("excess", 0.0)
+        if excess > 0:
+            how += f", {excess:.3f} ms of writing its sets and keeping its outputs past the trusted job's counted"
         if host is None:
             parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call (no back-to-back window)")
         elif item.clock == PARENT_CLOCK:
@@ -161,6 +164,9 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     stats = summarize_all(samples, measurement.host_ms_per_call, measurement.host_windows_ms, measurement.replayed,
                           measurement.window_calls, measurement.clock_resolution_ms)
     stats[CANDIDATE].overhead_ms_per_call = measurement.fresh_overhead_ms_per_call
+    for name, steps in measurement.window_steps_ms.items():
+        if name in stats:
+            stats[name].window_steps_ms = dict(steps)
     candidate = samples[CANDIDATE]
     speedups = _speedups(samples, stats)
     noise = _noise(samples, stats)

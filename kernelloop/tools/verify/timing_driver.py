@@ -43,7 +43,7 @@ import contextlib
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kernelloop.records import Measurement
 from kernelloop.sandbox.runner import JobSession
@@ -326,7 +326,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         replayed=[*names, CANDIDATE] if replayed else [], window_calls={name: calls for name in backs.walls},
         clock_resolution_ms=FIXED_ALLOWANCE_MS,
         back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
-        fresh_overhead_ms_per_call=backs.overhead_ms_per_call(),
+        fresh_overhead_ms_per_call=backs.overhead_ms_per_call(), window_steps_ms=backs.steps_ms(),
         checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")),
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
@@ -376,34 +376,62 @@ def _window_calls(samples: dict[str, list[float]], parent_block_ms: list[float],
     return max(1, min(wanted, most))
 
 
+STAGES = ("fill", "run", "keep")  # a replayed window's steps, each its own request timed on its own
+# A replayed window's "fill" and "keep" steps are the same work on every side (the sets written, the
+# outputs kept and digested): a side's step that takes longer than the trusted job's fastest of the
+# same step, by more than this share and this many ms (two processes' noise), has the excess added to
+# its window's time, so work moved into them (answers computed while the sets are written or while
+# the outputs are read) is counted as the calls' own.
+STAGE_SLACK, STAGE_SLACK_MS = 0.02, 0.5
+
+
 @dataclass
 class Windows:
     """Each side's back-to-back windows: the parent's clock (ms) around each, and with fresh values
-    the trusted job's overhead window beside each round of them."""
+    the trusted job's overhead window beside each round of them. Replayed windows are timed step by
+    step: `walls` and `overheads` then hold the "run" step alone (the graph's replay, nothing else),
+    `fills` and `keeps` each side's (OVERHEAD's too) other two steps."""
 
     calls: int
     walls: dict[str, list[float]]
     overheads: list[float]
+    fills: dict[str, list[float]] = field(default_factory=dict)
+    keeps: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def windows(self) -> int:
         return len(self.walls[CANDIDATE])
 
+    def excess_ms(self, name: str, index: int | None = None) -> float:
+        """What side `name`'s fill and keep steps took past the trusted job's fastest of the same steps
+        (STAGE_SLACK and STAGE_SLACK_MS let through), in window `index` or (None) its fastest; 0 for
+        plain windows."""
+        total = 0.0
+        for steps in (self.fills, self.keeps):
+            trusted = [ms for side, values in steps.items() if side != CANDIDATE for ms in values]
+            if name not in steps or not trusted or not steps[name]:
+                continue
+            own = steps[name][index] if index is not None else min(steps[name])
+            total += max(0.0, own - min(trusted) * (1 + STAGE_SLACK) - STAGE_SLACK_MS)
+        return total
+
     @property
     def per_window(self) -> dict[str, list[float]]:
         """Per side, each window's time per call, its round's overhead and FIXED_ALLOWANCE_MS taken off
-        (never below 0)."""
+        and its steps' excess added (never below 0)."""
         overheads = self.overheads or [0.0] * self.windows
-        return {name: [max(0.0, wall - over - FIXED_ALLOWANCE_MS) / self.calls for wall, over in zip(walls, overheads, strict=True)]
+        return {name: [max(0.0, wall - over - FIXED_ALLOWANCE_MS + self.excess_ms(name, i)) / self.calls
+                       for i, (wall, over) in enumerate(zip(walls, overheads, strict=True))]
                 for name, walls in self.walls.items()}
 
     def per_call(self) -> dict[str, float]:
         """Per side, its fastest window: whatever else runs (a collection, the scheduler, the request's
         round trip) only adds to a window, and nothing a candidate does can take time off its calls'
         device work, so the least is the truest, and no side can lower it but by being faster. Less
-        the fastest overhead window, FIXED_ALLOWANCE_MS, over the calls (never below 0)."""
+        the fastest overhead window, FIXED_ALLOWANCE_MS, plus its steps' excess, over the calls (never below 0)."""
         overhead = min(self.overheads, default=0.0)
-        return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS) / self.calls for name, walls in self.walls.items()}
+        return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS + self.excess_ms(name)) / self.calls
+                for name, walls in self.walls.items()}
 
     def deciding(self, events_ms: dict[str, float]) -> list[str]:
         """Sides whose parent-clock time would outweigh their events (speed.counted_ms): the ones the
@@ -412,7 +440,19 @@ class Windows:
                 if name in events_ms and counted_ms(events_ms[name], ms)[1] == PARENT_CLOCK]
 
     def overhead_ms_per_call(self) -> float | None:
-        return min(self.overheads) / self.calls if self.overheads else None
+        """What a window's work besides its calls cost the trusted job, per call (all its steps)."""
+        if not self.overheads:
+            return None
+        steps = [min(self.overheads)] + [min(s[OVERHEAD]) for s in (self.fills, self.keeps) if s.get(OVERHEAD)]
+        return sum(steps) / self.calls
+
+    def steps_ms(self) -> dict[str, dict[str, float]]:
+        """Per side of replayed windows, the fastest of each step (ms): what the verdict shows of them."""
+        if not self.fills:
+            return {}
+        return {name: {"fill": min(self.fills[name]), "run": min(walls), "keep": min(self.keeps[name]),
+                       "excess": self.excess_ms(name)}
+                for name, walls in self.walls.items() if self.fills.get(name) and self.keeps.get(name)}
 
 
 def _capture(session: JobSession, server: ReferenceServer, names: list[str], calls: int) -> bool | str:
@@ -435,20 +475,21 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
     event median). `replayed`: every window a replay of its side's CUDA graph. `spent`: where the time went."""
     spent = spent or _Spent({})
     backs = Windows(calls, {name: [] for name in [*names, CANDIDATE]}, [])
+    if replayed:
+        backs.fills = {name: [] for name in [*names, OVERHEAD, CANDIDATE]}
+        backs.keeps = {name: [] for name in [*names, OVERHEAD, CANDIDATE]}
     started = time.perf_counter()
     while True:
         with spent("windows_trusted_s"):
             for name in names:
-                backs.walls[name].append(_trusted_window(server, name, calls, checks is not None, replayed))
+                _trusted_window(server, backs, name, calls, checks is not None, replayed)
             if checks is not None:
-                backs.overheads.append(_trusted_window(server, OVERHEAD, calls, True, replayed))
+                _trusted_window(server, backs, OVERHEAD, calls, True, replayed)
         seed = TimedChecks.seed()
-        request = {"calls": calls, "seed": seed, **({"graph": True} if replayed else {})} if checks else {"calls": calls}
         with spent("windows_child_s"):
-            answer, wall_ms = _ask(session, "back", request, timed=True)
+            answer = _child_window(session, backs, calls, seed if checks is not None else None, replayed)
         if answer is None:
             return "the candidate's process stopped answering during the back-to-back check"
-        backs.walls[CANDIDATE].append(wall_ms)
         if checks is not None:
             digests = TimedChecks.digests(answer, calls)
             if digests is None:
@@ -464,13 +505,44 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
             return backs
 
 
-def _trusted_window(server: ReferenceServer, name: str, calls: int, fresh: bool, replayed: bool = False) -> float:
-    """This process's clock (ms) around one back-to-back window in the trusted job: a baseline's
-    calls (`replayed`: its graph), or (OVERHEAD) the window's work without them, each with its window's values."""
-    request = {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {}),
-               **({"graph": True} if replayed else {})}
-    _, wall_ms = server.timed("back", request)
-    return wall_ms
+def _child_window(session: JobSession, backs: Windows, calls: int, seed: int | None, replayed: bool) -> dict | None:
+    """One back-to-back window of the candidate's, its times put in `backs`: one request (`seed`: its
+    fresh values'), or a replayed window's three steps; its last answer, None where the child broke off."""
+    if not replayed:
+        answer, wall_ms = _ask(session, "back", {"calls": calls, **({"seed": seed} if seed is not None else {})}, timed=True)
+        backs.walls[CANDIDATE].append(wall_ms)
+        return answer
+    times = {}
+    answer: dict | None = None
+    for stage in STAGES:
+        answer, times[stage] = _ask(session, "back", {"stage": stage, "calls": calls, "seed": seed}, timed=True)
+        if answer is None:
+            return None
+    _record(backs, CANDIDATE, times)
+    return answer
+
+
+def _record(backs: Windows, name: str, times: dict[str, float]) -> None:
+    """A replayed window's step times (ms) into `backs`: the run step where a plain window's whole time goes."""
+    (backs.overheads if name == OVERHEAD else backs.walls[name]).append(times["run"])
+    backs.fills[name].append(times["fill"])
+    backs.keeps[name].append(times["keep"])
+
+
+def _trusted_window(server: ReferenceServer, backs: Windows, name: str, calls: int, fresh: bool,
+                    replayed: bool = False) -> None:
+    """This process's clock (ms) around one back-to-back window in the trusted job, into `backs`: a
+    baseline's calls (`replayed`: its graph, step by step), or (OVERHEAD) the window's work without
+    them, each with its window's values."""
+    if not replayed:
+        request = {"name": name, "calls": calls, **({"seed": TimedChecks.seed()} if fresh else {})}
+        _, wall_ms = server.timed("back", request)
+        (backs.overheads if name == OVERHEAD else backs.walls[name]).append(wall_ms)
+        return
+    seed = TimedChecks.seed()
+    times = {stage: server.timed("back", {"name": name, "calls": calls, "seed": seed, "stage": stage})[1]
+             for stage in STAGES}
+    _record(backs, name, times)
 
 
 def _nvml_index(cuda_index: int | None) -> int:
