@@ -173,6 +173,8 @@ _OPEN = {
                                                   "unused function named PyFrame_GetBuiltins (or any C API name off "
                                                   "FORBIDDEN_NATIVE's spellings) whitelists that name's calls "
                                                   "everywhere, so lint-clean C++ runs exec and forges the claims",
+    "review36_cpp_macro_param_name_exec": "the same flat own names reached by an unused function-like macro's "
+                                          "parameter names: lint-clean C++ runs exec and forges the claims",
     "review36_cpp_own_name_fopen64_host_files": "the same flat own names, with the 64-bit stdio names that "
                                                  "FORBIDDEN_NATIVE's word match and LIBC_NAMES miss: lint-clean C++ "
                                                  "opens, reads and writes files (the sandbox holds; the verdict is "
