@@ -312,11 +312,13 @@ def sandbox_mounts(work_dir: Path, device: str, hide: Sequence[Path] = (), writa
 
 def settings_files(python: Sequence[Path]) -> list[Path]:
     """Files the settings may be read from (a .env or kernelloop.toml, where an API key is put) in
-    the working dir and the dirs on the import path: masked in the sandbox, which shows the rest."""
+    the working dir and the dirs on the import path: masked in the sandbox, which shows the rest.
+    A link is masked where it leads (the file a read through it opens), never left open."""
     from kernelloop.sandbox.redact import SETTINGS_FILES
 
     dirs = dict.fromkeys([Path.cwd().resolve(), *python])
-    return [d / name for d in dirs for name in SETTINGS_FILES if (d / name).is_file() and not (d / name).is_symlink()]
+    found = [(d / name).resolve() for d in dirs for name in SETTINGS_FILES if (d / name).is_file()]
+    return list(dict.fromkeys(found))
 
 
 def _with_ways_in(mounts: list[Mount]) -> list[Mount]:

@@ -329,6 +329,40 @@ def test_a_project_dotenv_never_reaches_a_verdict(monkeypatch):
     assert secret not in printer.stdout_tail and "[redacted]" in printer.stdout_tail
 
 
+@needs_bwrap
+def test_a_linked_project_dotenv_never_reaches_a_job(monkeypatch):
+    """review36: run from a project whose .env is a link to a secrets file outside /tmp and home (both hidden
+    in the box), the link was left unmasked (only plain files were), so a job read the key through it and
+    printed it one character apart, past every redaction. The file a link leads to is masked too."""
+    import shutil
+    import tempfile
+
+    from kernelloop.records import Status
+    from kernelloop.tools.verify.verifier import Verifier
+
+    secret = "sk-test-LINKED-4321"
+    repo = Path(__file__).resolve().parents[2]  # visible in the box (read-only), unlike /tmp and home
+    project = Path(tempfile.mkdtemp(prefix="r36-linked-project-", dir=repo))
+    store = Path(tempfile.mkdtemp(prefix="r36-linked-secrets-", dir=repo))
+    try:
+        for made in (project, store):
+            made.chmod(0o755)
+        (store / "kl.env").write_text(f"KERNELLOOP_API_KEY={secret}\n")
+        (store / "kl.toml").write_text(f'api_key = "{secret}"\n')
+        (project / ".env").symlink_to(store / "kl.env")
+        (project / "kernelloop.toml").symlink_to(store / "kl.toml")
+        monkeypatch.chdir(project)
+        with Verifier(device="cpu", workspace=Path(tempfile.mkdtemp(prefix="r36-ws-")), time_it=False,
+                      static_checks=False) as verifier:
+            verdict = _verify(verifier, (FIXTURES / "cheats" / "review36_read_linked_dotenv.py").read_text())
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+        shutil.rmtree(store, ignore_errors=True)
+    text = "\n".join((verdict.reason, verdict.feedback, verdict.stdout_tail, verdict.stderr_tail))
+    assert " ".join(secret) not in text and secret not in text, verdict.stdout_tail[-1000:]
+    assert verdict.status is Status.correct, verdict.reason  # its output turns to zeros if it read either file
+
+
 def test_a_job_dir_of_any_depth_is_removed_without_recursion(tmp_path):
     from kernelloop.sandbox.runner import dir_usage, remove_job_dir
 
