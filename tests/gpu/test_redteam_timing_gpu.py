@@ -209,9 +209,9 @@ def test_a_forward_that_batches_a_windows_views_gets_no_edge(unlinted):
 
 
 def test_a_window_answered_at_its_last_call_gets_no_edge(unlinted):
-    """review36: each call's values are written just before it, but outputs are kept after the window: its forward
-    hands calls 0..n-2 untouched tensors of their own and fills them all with one launch at the last call (and
-    refuses its capture, so every side's window is plain). Expected on current main: FAILS."""
+    """review36: its forward hands calls 0..n-2 untouched tensors of their own and fills them all with one launch at
+    the last call (and refuses its capture, so every side's window is plain). A plain window keeps each call's
+    outputs as the call ends, so a checked call of a later window is wrong: caught."""
     judge(unlinted, "review36_window_batch_at_last_call",
           both(printed("review36_window_batch_at_last_call: a window's calls answered at its last call"),
                candidate_window(lambda c: not c.replayed, "plain (unreplayed) windows")))

@@ -136,14 +136,11 @@ def test_a_window_batched_from_its_first_call_answers_later_calls_wrong(rehearsa
     assert "a window's call answered from its first call's batch" in verdict.stdout_tail
 
 
-@pytest.mark.xfail(strict=True, reason="open: a plain window keeps its outputs after its last call "
-                   "(harness._CandidateSession.back, Kept.keep_all), so a forward may defer every call's work to the "
-                   "last one, when every set holds its values: tests/fixtures/cheats/review36_window_batch_at_last_call.py")
 def test_a_window_answered_at_its_last_call_is_wrong_on_a_timed_call(rehearsal):
     """review36_window_batch_at_last_call.py learns a window's length from the first window, then hands each later
     window's calls tensors of their own, untouched, and fills them all with one launch at the last call. Writing
-    each call's values just before it stops a batch at the first call, not one at the last: a correct verifier
-    keeps (or digests) each call's outputs as the call ends, so a deferred output is wrong on a checked timed call."""
+    each call's values just before it stops a batch at the first call, not one at the last: a plain window keeps
+    each call's outputs as the call ends, so a deferred output is wrong on a checked timed call."""
     verdict = rehearsal.verify(Candidate.from_file(CHEATS / "review36_window_batch_at_last_call.py"),
                                Problem.from_file(PROBLEMS / "relu.py"))
     assert "a window's calls answered at its last call" in verdict.stdout_tail or verdict.status is not Status.correct

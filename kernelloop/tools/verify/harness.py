@@ -490,7 +490,6 @@ class _CandidateSession:
         self.fresh_values: FreshRequest | None = None
         self.kept: Kept | None = None
         self.window: Window | None = None  # the back-to-back windows' input sets, one per call
-        self.keep_each_call = False  # its calls return one buffer: a window keeps each output as its call ends
         self.graph: WindowGraph | None = None  # the windows' calls as one CUDA graph (window_graph.py)
         self.staged: str | None = None  # the last step of a replayed window taken ("fill", "run"), None between windows
         self.held: list = []  # a replayed window's outputs, between its "run" and "keep" steps
@@ -623,7 +622,6 @@ class _CandidateSession:
         self.timed_sets, self.timed_first = self.input_sets[start:stop], start
         self.pool_sets = [self.all_sets[i] for i in pool if i < len(self.all_sets)] or self.timed_sets[:1]
         self.timing, self.pool, self.fresh_values, self.kept, self.window, self.graph = None, None, None, None, None, None
-        self.keep_each_call = False
         return {"sets": stop - start}
 
     def _rounds(self) -> Rounds:
@@ -683,12 +681,11 @@ class _CandidateSession:
         return {"samples_ms": samples, "digests": self.kept.digests()}
 
     def back(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Back-to-back calls the parent times; with fresh values, in three steps each ended by a
-        synchronize: each call's set of its own written, the calls (each output held, nothing else
-        between them), then their outputs kept and digested (timing_driver.py: the trusted job's
-        overhead window does the writes and the keeping alone). A replayed graph's window takes them
-        as three requests (`stage`: "fill", "run", "keep"), each timed by the parent on its own; a
-        plain window (Python between its calls) writes each call's values just before it, in one."""
+        """Back-to-back calls the parent times; with fresh values, each call's values written and its
+        outputs kept, and the digests (timing_driver.py: the trusted job's overhead window does the
+        writes and the keeping alone). A replayed graph's window takes three requests (`stage`:
+        "fill", "run", "keep"), each timed by the parent on its own; a plain window (Python between
+        its calls) one, each call's values written just before it and its outputs kept as it ends."""
         from kernelloop.tools.profile.timing import back_to_back
 
         fn = self._rounds().fns[CANDIDATE]
@@ -699,20 +696,13 @@ class _CandidateSession:
             raise RuntimeError("back-to-back calls with fresh values were asked for before timing was set up")
         if "stage" in request:
             return self._stage(str(request["stage"]), request)
+        # Each call's values written just before it, and its outputs kept as it ends: no call's values
+        # exist before the calls ahead of it were issued (a batch from the first call), and no output
+        # can be made after its call (a batch at the last: review36_window_batch_at_last_call).
         calls, window, kept, model = int(request["calls"]), self.window, self.kept, self.model
-        request_values = self.pool.request(int(request["seed"]), calls)
-        window.prepare(request_values, each_call=True)
+        window.prepare(self.pool.request(int(request["seed"]), calls), each_call=True)
         synchronize(self.device)
         kept.reset()
-        if not self.keep_each_call:
-            held: list = []
-            back_to_back(lambda call: model(*window.inputs(call)), calls, calls, after=held.append)
-            if kept.keep_all([flatten_outputs(output) for output in held]):
-                return {"digests": kept.digests()}
-            # Its calls return one buffer: from now on each is kept as it ends, and this window again.
-            self.keep_each_call = True
-            window.prepare(request_values, each_call=True)
-            kept.reset()
         back_to_back(lambda call: model(*window.inputs(call)), calls, calls,
                      after=lambda output: kept.keep(flatten_outputs(output)))
         return {"digests": kept.digests()}

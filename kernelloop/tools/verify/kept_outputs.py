@@ -210,7 +210,7 @@ class Kept:
     def keep(self, outputs: list) -> None:
         """Copy one call's outputs (a forward's flattened outputs: its tensors are kept) into the next
         slot; a ValueError where they are not the sizes the trial outputs had (the verdict says so)."""
-        outputs = [out for out in outputs if isinstance(out, torch.Tensor)]
+        outputs = _plain([out for out in outputs if isinstance(out, torch.Tensor)])
         if self.count >= self.calls:
             raise ValueError(f"more than {self.calls} timed calls in one request")
         if len(outputs) != len(self.sizes):
@@ -228,7 +228,7 @@ class Kept:
         the same buffer each call left only its last output there, so its calls must be kept one by
         one (`keep`). `shared_ok`: the trusted job's overhead window, whose calls all "return" the
         reference's one output: the same work, and kept all the same."""
-        calls = [[out for out in outputs if isinstance(out, torch.Tensor)] for outputs in held]
+        calls = [_plain([out for out in outputs if isinstance(out, torch.Tensor)]) for outputs in held]
         if len(calls) > self.calls:
             raise ValueError(f"more than {self.calls} timed calls in one request")
         places = {out.untyped_storage().data_ptr() for outputs in calls for out in outputs if out.numel()}
@@ -258,3 +258,13 @@ class Kept:
         if not 0 <= index < self.count:
             raise IndexError(f"no kept call {index} (this request kept {self.count})")
         return self.bytes[index, :self.nbytes]
+
+
+def _plain(outputs: list) -> list:
+    """A timed call's output tensors, each a plain torch.Tensor (as a checked call's must be: harness.run_one):
+    a subclass could compute its values when the copy reads them, outside the timed calls."""
+    for index, out in enumerate(outputs):
+        if type(out) is not torch.Tensor:
+            raise ValueError(f"tensor subclass: a timed call's output {index} is a {type(out).__name__}, "
+                             "not a plain torch.Tensor")
+    return outputs

@@ -417,16 +417,14 @@ class ReferenceJob:
         window.prepare(self.pool.request(int(request["seed"]), calls), each_call=True)
         synchronize(self.device)
         kept.reset()
-        held: list = []
-        if name != "overhead":
+        if name != "overhead":  # as a plain window of the candidate's: each call's values before it, its outputs after
             fn = cast("Caller", self._timing.fns[name]).on
-            back_to_back(lambda call: fn(window.inputs(call)), calls, calls, after=held.append)
+            back_to_back(lambda call: fn(window.inputs(call)), calls, calls, after=lambda out: kept.keep(flatten_outputs(out)))
         else:
-            for call in range(calls):  # each call's values, written as a plain window writes them
+            for call in range(calls):
                 window.inputs(call)
+                kept.keep(flatten_outputs(like))
             synchronize(self.device)
-            held = [like] * calls
-        self._keep(held, name)
         return {"digests": len(kept.digests())}
 
     def _stage(self, name: str, stage: str, request: dict[str, Any]) -> dict[str, Any]:

@@ -24,17 +24,22 @@ calls picked at random after each request are checked against the reference on t
 the trial sets are timed in turn, and a candidate that recognises them can memoise.
 
 Back to back (`_windows`, both ways): every side, the candidate and each baseline, is timed the
-same way, in windows: the parent's clock around one request of `calls` calls. With fresh values a
-window's request does three things, each ended by a device-wide synchronize: the sets written (a
-set of its own per call, when the request arrives: inside the clock, so an answer computed from
-them is timed too), the calls back to back (each output held, nothing else), then the digests of
-the outputs. Where every side's calls can be captured, they are one CUDA graph per side
-(window_graph.py), replayed in each window: no host work between the calls and no candidate code
-while they run, so the clock bounds their device time. The trusted job's "overhead" window does
-the first and last step alone; a side's time per call is its fastest window less the fastest
-overhead window and FIXED_ALLOWANCE_MS, over the calls (noise only ever adds to a window). Windows
-are sized to WINDOW_MS of work; MIN_WINDOWS of them, more (to MAX_WINDOWS) while the parent's clock
-would outweigh a side's events (speed.counted_ms weighs one against the other).
+same way, in windows: the parent's clock around the child's work on `calls` calls. With fresh values
+a window writes a set of its own per call (so an answer computed from them is timed too), runs the
+calls, then keeps and digests their outputs. Where every side's calls can be captured, they are one
+CUDA graph per side (window_graph.py), replayed in each window: no host work between the calls and no
+candidate code while they run, so the clock bounds their device time. Such a window is three
+requests, each timed on its own (STAGES): "fill" (the sets written), "run" (the replay alone) and
+"keep"; a side's time per call is its fastest run step less the trusted job's fastest "overhead" run
+step (the round trip) and FIXED_ALLOWANCE_MS, over the calls, plus whatever its fill and keep steps
+took past the trusted job's fastest of the same steps (Windows.excess_ms): work moved out of the run
+step is counted all the same, and a small kernel's time is no longer the difference of two large
+numbers (its fresh values' writes were 8x a GELU's calls). A plain window (no graph: Python between
+its calls) is one request: each call's values written just before it and its outputs kept as it
+ends, so no call can be batched with the ones after or before it; the overhead window does the same
+writes and keeps alone. Noise only ever adds to a window. Windows are sized to WINDOW_MS of work;
+MIN_WINDOWS of them, more (to MAX_WINDOWS) while the parent's clock would outweigh a side's events
+(speed.counted_ms weighs one against the other).
 """
 
 from __future__ import annotations
