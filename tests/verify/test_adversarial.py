@@ -169,11 +169,6 @@ _OPEN = {
     "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
                              "from a value it made itself, and numpy's work records no torch op (the verdict says "
                              "\"in-process claim\"; --strict-claims refuses it)",
-    "review35_first_set_honest_rest_torch": "the op records and the decoy runs are taken on the first input set "
-                                            "alone (harness trials/decoy_runs), so a lint-clean forward that "
-                                            "recognises that set (a reference to its first input, compared with "
-                                            "later ones) runs its own kernel only there and torch's relu on every "
-                                            "other trial set and the fresh set: judged correct, no library op named",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
