@@ -39,6 +39,11 @@ class Channel:
         """The job's final report."""
         self.send({"result": result})
 
+    def put_back(self, message: dict[str, Any]) -> None:
+        """`message` (one `receive` returned) is the next one `receive` returns again: read ahead by a
+        step that expected another kind, it is left for the request loop."""
+        self._buffer = (json.dumps(message) + "\n").encode() + self._buffer
+
     def receive(self) -> dict[str, Any]:
         while b"\n" not in self._buffer:
             chunk = self._down.read(65536)

@@ -179,15 +179,6 @@ _OPEN = {
                                                  "FORBIDDEN_NATIVE's word match and LIBC_NAMES miss: lint-clean C++ "
                                                  "opens, reads and writes files (the sandbox holds; the verdict is "
                                                  "the op rule's, not the lint's)",
-    "review36_workload_other_shape_torch": "with get_workloads the op records and decoy runs still see only the "
-                                           "first set (get_inputs' workload): a forward that runs its kernel on "
-                                           "that shape and torch.sum on every other workload's is judged correct, "
-                                           "its own kernel credited everywhere",
-    "review35_first_set_honest_rest_torch": "the op records and the decoy runs are taken on the first input set "
-                                            "alone (harness trials/decoy_runs), so a lint-clean forward that "
-                                            "recognises that set (a reference to its first input, compared with "
-                                            "later ones) runs its own kernel only there and torch's relu on every "
-                                            "other trial set and the fresh set: judged correct, no library op named",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)

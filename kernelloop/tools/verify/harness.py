@@ -3,7 +3,8 @@
 Two kinds of child. The trusted one (reference_job.py) runs the problem: inputs, reference
 outputs, baselines. The candidate's child, here, loads ModelNew and does what the parent asks on
 the job's channel, nothing more: run the trials on the inputs it was given (poisoned memory
-first) and save the outputs; when asked, time itself, every timed call on fresh values
+first), recording each set's aten ops, and save the outputs; then the decoy runs on the set the
+parent picks once it has the trials' report; when asked, time itself, every timed call on fresh values
 (fresh_values.py) from the request's seed, keeping a copy of each call's output and answering
 with their digests (kept_outputs.py), then hand over the copies the parent picks; when asked,
 run once more on fresh values written into buffers it already knows; then stop. It never holds
@@ -33,7 +34,7 @@ from kernelloop.records import STATUS_OF, Code
 from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
-from kernelloop.tools.verify import build_job
+from kernelloop.tools.verify import build_job, op_records
 from kernelloop.tools.verify._runtime import (
     INIT_SEED,
     OpRecorder,
@@ -81,7 +82,7 @@ class LaunchCounter:
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.served: list[str] = []  # extension modules loaded from the compile stage's product (build_job.py)
         self._runs: dict[Any, tuple[Any, Any]] = {}  # per wrapped class: its own run, the counting one
-        self.recorder: OpRecorder | None = None  # the first trial's: told what each own kernel is handed
+        self.recorder: OpRecorder | None = None  # the trial running: told what each own kernel is handed
         self._own_let_through = False
 
     def install(self, prebuilt: dict[str, Any] | None = None) -> None:
@@ -499,6 +500,7 @@ class _CandidateSession:
         self.timed_sets: list[list] = input_sets
         self.timed_first = 0
         self.all_sets: list[list] = input_sets  # with the donor sets, where the trusted job made any
+        self.decoy_set = 0  # the set the parent picked for the decoy runs
 
     def _specs(self, index: int) -> list:
         return self.specs[index] if index < len(self.specs) else []
@@ -537,34 +539,39 @@ class _CandidateSession:
         return {"found": found[1], "code": found[0].value} if found else {"found": None}
 
     def trials(self) -> tuple[Code, str] | None:
-        """Every given input set once, outputs saved for the parent; returns a claim-level problem
-        (aliasing, input writes, a tensor subclass) or None."""
-        recorder = OpRecorder()
-        self.counter.recorder = recorder
-        outputs = []
+        """Every given input set once, outputs saved for the parent, the aten ops of each set's forward
+        reported; then the decoy runs on the set the parent picks (decoy_runs). Returns a claim-level
+        problem (aliasing, input writes, a tensor subclass) or None."""
+        outputs, records = [], []
         first_forward: dict[str, float] = {}
         started = time.perf_counter()
         for index, inputs in enumerate(self.input_sets):
-            if index == 0:
-                out, self.buffers, found = run_one(self.model, inputs, self.device, self._specs(0), costs=first_forward,
-                                                   recorder=recorder)
+            # Every set's ops, not the first's alone: a forward that tells one set from the others
+            # would show its own kernel there and leave the rest to torch (review35).
+            recorder = OpRecorder()
+            self.counter.recorder = recorder
+            try:
+                out, buffers, found = run_one(self.model, inputs, self.device, self._specs(index),
+                                              costs=first_forward if index == 0 else None, recorder=recorder)
+            finally:
                 self.counter.recorder = None
+            if index == 0:
+                self.buffers = buffers
                 self.channel.phase("trials")
                 self.costs["first_call_s"] = time.perf_counter() - started  # includes Triton's JIT compile
-            else:
-                out, _, found = run_one(self.model, inputs, self.device, self._specs(index))
             if found:
                 return found
             outputs.append(out)
+            records.append({"ops": recorder.compute_ops(), "op_work": recorder.compute_work(),
+                            "own_used": recorder.own_used})
         self.costs["trials_s"] = time.perf_counter() - started - self.costs["first_call_s"]
         save_started = time.perf_counter()
-        disturbed = self.decoy_runs()
-        save_sets(Path(self.job["job_dir"]) / "trials.sets", outputs + [d for d in disturbed if d is not None],
-                  {"disturbed": [d is not None for d in disturbed]})
+        save_sets(Path(self.job["job_dir"]) / "trials.sets", outputs)
         # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
-        self.channel.send({"trials": {"ops": recorder.compute_ops(), "op_work": recorder.compute_work(),
-                                      "own_used": recorder.own_used, **self.claims()}})
+        # The first set's record as before, and every set's (op_records.py)
+        self.channel.send({"trials": {**records[0], **op_records.encode(records), **self.claims()}})
+        self.decoy_runs()
         return None
 
     def rerun(self, asked: dict) -> dict[str, Any]:
@@ -585,26 +592,43 @@ class _CandidateSession:
         save_sets(Path(self.job["job_dir"]) / "rerun.sets", outputs)
         return {"found": None}
 
-    def decoy_runs(self) -> list[list | None]:
-        """The first set's outputs twice more for the parent's decoy check: with every Triton launch
-        skipped, and with noise added to every floating tensor each launch is given (a flag a
-        kernel only sets still gets set; what a real kernel reads is wrong). A forward still right
-        either way left the work to something else. None for a run that fails, which is what
-        disturbing a kernel that matters usually does; none at all for multi-GB outputs.
+    def decoy_runs(self) -> None:
+        """The decoy check's runs, on the set the parent picked once the trials were reported (a set
+        the forward could not know would be the one: review35), to decoy.sets: that set's outputs
+        twice more, with every Triton launch skipped, and with noise added to every floating tensor
+        each launch is given (a flag a kernel only sets still gets set; what a real kernel reads is
+        wrong). A forward still right either way left the work to something else. A run that fails,
+        which is what disturbing a kernel that matters usually does, saves nothing; none runs for
+        multi-GB outputs (the parent asks nothing then).
         Extension functions (load_inline) get the perturb run's noise in what they are handed, put
         back after each call as a launch's inputs are; they are never skipped, and what they return
         gets no noise (that read an honest function writing into an output it is handed as a decoy:
         redteam3), so a forward of extensions alone gets the perturb run only."""
+        if not self.job.get("decoy_check", True):
+            return
+        request = self.channel.receive()
+        asked = request.get("decoy") if isinstance(request, dict) else None
+        if not isinstance(asked, dict):  # the parent asked something else (it judged already): for the request loop
+            self.channel.put_back(request)
+            return
+        pick = asked.get("set")
         launched = self.counter.launches
-        if not self.job.get("decoy_check", True) or not launched:
-            return [None, None]
-        any_triton = any(name.startswith("triton:") for name in launched)
-        return [self._run_disturbed("skip") if any_triton else None, self._run_disturbed("perturb")]
+        disturbed: list[list | None] = [None, None]
+        if isinstance(pick, int) and 0 <= pick < len(self.input_sets) and launched:
+            self.decoy_set = pick
+            any_triton = any(name.startswith("triton:") for name in launched)
+            disturbed = [self._run_disturbed("skip") if any_triton else None, self._run_disturbed("perturb")]
+        saved = [d for d in disturbed if d is not None]
+        if saved:
+            save_sets(Path(self.job["job_dir"]) / "decoy.sets", saved, {"disturbed": [d is not None for d in disturbed]})
+        self.channel.send({"decoy": {"saved": len(saved)}})
 
     def _run_disturbed(self, mode: str) -> list | None:
         self.counter.mode = mode
+        index = self.decoy_set
         try:
-            out, _, found = run_one(self.model, self.input_sets[0], self.device, self._specs(0))
+            # run_one copies the set into new tensors: none the forward has been handed before
+            out, _, found = run_one(self.model, self.input_sets[index], self.device, self._specs(index))
         except Exception:  # noqa: BLE001 - its kernels mattered: the forward could not go on without them
             return None
         finally:

@@ -7,7 +7,8 @@ builds Model once, says it is ready with the problem's sizes and what the parent
 plain data (its tolerance), and then answers the parent on its channel:
   make      inputs for the seeds the parent drew (secret to the candidate), and the reference's
             outputs on them; inputs and outputs go to separate files, and only the inputs file
-            ever reaches the candidate's job
+            ever reaches the candidate's job. A trial make also answers each set's op record (the
+            aten ops on its shapes, recorded once per input signature: op_records.py)
   warm_up   import the compiler the torch.compile baseline needs, and with `build` (a problem's
             first verification, outputs not huge) build the baselines on the last inputs made,
             torch.compile included; the parent asks ahead, while the candidate compiles and runs its
@@ -44,6 +45,7 @@ import torch
 from kernelloop.problem import ProblemError, import_source
 from kernelloop.problem_meta import check_module, metadata, workloads
 from kernelloop.sandbox.channel import Channel
+from kernelloop.tools.verify import op_records
 from kernelloop.tools.verify._runtime import (
     INIT_SEED,
     OpRecorder,
@@ -55,7 +57,12 @@ from kernelloop.tools.verify._runtime import (
     synchronize,
     to_device,
 )
-from kernelloop.tools.verify.compare import DEGENERATE_FRACTION, flatten_outputs, tolerance_for
+from kernelloop.tools.verify.compare import (
+    DEGENERATE_FRACTION,
+    degenerate_output_warnings,
+    flatten_outputs,
+    tolerance_for,
+)
 from kernelloop.tools.verify.fresh_values import FreshRequest, Pool, Window, pool_indices, warm_fresh_values
 from kernelloop.tools.verify.kept_outputs import Kept
 from kernelloop.tools.verify.tensor_files import save_sets
@@ -63,21 +70,6 @@ from kernelloop.tools.verify.window_graph import WindowGraph
 
 if TYPE_CHECKING:
     from kernelloop.tools.profile.measure import Caller
-
-
-def degenerate_output_warnings(outputs: list) -> list[str]:
-    """A reference whose output is near zero or constant can be matched by a kernel that computes nothing."""
-    warnings = []
-    for index, out in enumerate(outputs):
-        if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
-            continue
-        # min and max in one pass and no copy: outputs can be several GB, on the GPU.
-        low, high = (float(v) for v in torch.aminmax(out.detach().reshape(-1)))
-        if max(abs(low), abs(high)) < 1e-6:
-            warnings.append(f"output {index} of the reference is near zero (max |x| < 1e-6): zeros would pass elementwise checks")
-        elif out.numel() > 1 and low == high:
-            warnings.append(f"output {index} of the reference is constant: a kernel could return it without computing")
-    return warnings
 
 
 def roundoff_errors(make_double: Callable[[], Any], inputs: list, outputs: list, tolerance: dict,
@@ -151,6 +143,9 @@ class ReferenceJob:
         hold_declared_precision()  # everything from here on, the baselines' timed calls too, as the candidate's child runs
         self.ops: dict[str, int] | None = None
         self.work: dict[str, int] = {}  # each op's elements on the first set (OpRecorder.compute_work)
+        # Each input signature's op record (op_records.signature: another workload's or a variant's
+        # sets have other shapes, so other work), recorded on the first set of it ever made
+        self.records: dict[Any, dict[str, dict[str, int]]] = {}
         self.full_baselines = bool(job.get("full_baselines"))
         self.tolerance = dict(getattr(self.problem, "TOLERANCE", None) or {})
         self._double: Any = None  # the model in float64, for round-off estimates (False: it can't be made)
@@ -245,17 +240,28 @@ class ReferenceJob:
         else:
             donors = []
         outputs = []
+        set_records: list[dict[str, Any]] = []  # a trial make's: each set's op record, the candidate's judged against it
+        signatures: dict[Any, int] = {}  # and each set's signature, numbered: the parent picks the decoy runs' set by them
+        set_signatures: list[int] = []
+        trial = bool(request.get("variants"))
         rng = _rng_state(self.device)  # the state set 0's forward runs with (dropout), for the float64 rerun
         # at the declared precision (TF32 off), as is everything in both children (hold_declared_precision)
         with torch.no_grad(), declared_precision():
             for inputs in sets:
-                if self.ops is None:
+                key = op_records.signature(inputs) if trial or self.ops is None else None
+                if key is not None and key not in self.records:  # recorded once per signature, ever
                     recorder = OpRecorder()
                     with recorder:
                         out = self.model(*to_device(inputs, self.device))
-                    self.ops, self.work = recorder.compute_ops(), recorder.compute_work()
+                    self.records[key] = {"ops": recorder.compute_ops(), "op_work": recorder.compute_work()}
                 else:
                     out = self.model(*to_device(inputs, self.device))
+                if key is not None:
+                    if self.ops is None:
+                        self.ops, self.work = self.records[key]["ops"], self.records[key]["op_work"]
+                    if trial:
+                        set_records.append(self.records[key])
+                        set_signatures.append(signatures.setdefault(key, len(signatures)))
                 synchronize(self.device)
                 # Left where they are: save_sets streams a device tensor out slice by slice,
                 # so a multi-GB output never has a whole second copy on the host.
@@ -273,6 +279,8 @@ class ReferenceJob:
             round_off = roundoff_errors(self.double_model, to_device(sets[0], self.device), outputs[0], self.tolerance, rng)
         answer: dict[str, Any] = {"sets": len(sets), "ops": self.ops, "op_work": self.work,
                   "warnings": degenerate_output_warnings(outputs[0]), "round_off": sorted(round_off.items())}
+        if trial:  # every trial set's record: its own shapes' work (op_records.py)
+            answer.update(op_records.encode(set_records), set_signatures=set_signatures)
         if with_workloads:  # which sets are whose, for the parent to name the workload a set belongs to
             answer["workloads"] = [[name, b - a] for name, (a, b) in self.layout.items()]
         return answer

@@ -21,8 +21,10 @@ from kernelloop.problem_meta import checked_tolerance, checked_workload_names
 from kernelloop.safe_text import one_line
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import open_bounded
+from kernelloop.tools.verify import op_records
 from kernelloop.tools.verify._runtime import no_collection
 from kernelloop.tools.verify.claims import claimed_counts
+from kernelloop.tools.verify.op_records import SetOps
 from kernelloop.tools.verify.tensor_files import TensorFileError, load_sets
 
 # The trusted job writes the problem's own inputs and outputs, whatever their size (KernelBench
@@ -44,6 +46,10 @@ class Made:
     # A problem with get_workloads, a trial make: [name, sets] of each workload in the sets' order
     # (get_inputs' own first); [] otherwise. Checked by workloads.Layout.
     workloads: list = field(default_factory=list)
+    # A trial make: each set's op record, on its own shapes (op_records.py), and its input signature
+    # (shapes, dtypes, strides, plain values) as a number, one per distinct signature; [] otherwise
+    set_ops: list[SetOps] = field(default_factory=list)
+    set_signatures: list[int] = field(default_factory=list)
 
     @property
     def ops(self) -> list[str]:
@@ -159,7 +165,8 @@ class ReferenceServer:
         self.warnings = list(answer.get("warnings") or [])
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
         return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off, self.op_work,
-                    answer.get("workloads") or [])
+                    answer.get("workloads") or [], op_records.decode(answer, len(outputs)) or [],
+                    op_records.numbers(answer.get("set_signatures"), len(outputs)))
 
     def select_workload(self, name: str) -> None:
         """The trusted job times workload `name` next (its sets from the last trial make)."""

@@ -75,7 +75,8 @@ COPY = "copy"  # _runtime.COPY: the elements the forward's copies moved (clone, 
 
 @dataclass(frozen=True)
 class Work:
-    """What each side's torch ops did, op by op, on the first input set (_runtime.OpRecorder):
+    """What each side's torch ops did, op by op, on one input set (_runtime.OpRecorder; each trial set
+    is judged, against the reference's record on its shapes: verification.op_rules):
     elements of each op's inputs, the copies' elements as COPY; and, for the candidate, the elements of
     its own kernels' outputs that its forward consumed or returned (what a copy it dropped may have
     become). Empty where a side did not report it: the counts decide then."""

@@ -3,8 +3,8 @@ Verifier.verify and dropped after it. It owns what belongs to this candidate alo
 costs, its reference sets, its baseline-cache lookup; the Verifier it serves keeps only what lives
 across verifications (the workers, the trusted job, caches, config).
 
-The conversation: trials (saved by the child, compared here), the rules on what the child says it
-ran, timing (outputs right first; with the Verifier's opt-in `fresh_timing`, every timed call on
+The conversation: trials (saved by the child, compared here), the decoy runs on a trial set drawn
+here after them, the rules on what the child says it ran (on every trial set), timing (outputs right first; with the Verifier's opt-in `fresh_timing`, every timed call on
 fresh values and outputs of timed calls picked at random checked here: timed_checks.py), then
 fresh values in buffers the candidate already knows.
 Everything the child reports is a claim; what decides the verdict is computed or observed here.
@@ -27,10 +27,17 @@ from kernelloop.sandbox import redact
 from kernelloop.sandbox.runner import JobOutcome, JobSession, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.stopwatch import Stopwatch
-from kernelloop.tools.verify import budget, interpreter_order, reruns, trusted_cache, verdicts
-from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_counts, claimed_names, claimed_seconds
-from kernelloop.tools.verify.compare import Comparison, compare_outputs, tolerance_words
+from kernelloop.tools.verify import budget, interpreter_order, op_records, reruns, trusted_cache, verdicts
+from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_names, claimed_seconds
+from kernelloop.tools.verify.compare import (
+    Comparison,
+    compare_outputs,
+    degenerate_output_warnings,
+    tolerance_for,
+    tolerance_words,
+)
 from kernelloop.tools.verify.kept_baselines import KeptBaselines, with_cached_baselines
+from kernelloop.tools.verify.op_records import SetOps
 from kernelloop.tools.verify.output_watch import OutputWatch
 from kernelloop.tools.verify.reference_server import Made, ReferenceServer
 from kernelloop.tools.verify.shared_names import names_from_reference
@@ -110,6 +117,7 @@ class Verification:
         self.workload_speeds: dict[str, SpeedJudgement] = {}
         self.failed_workload: tuple[str, str] | None = None
         self.all_checks: list[TimedChecks] = []
+        self.decoy_check = True  # set with the job: off for multi-GB outputs
 
     def run(self) -> Verdict:
         verifier, problem, clock = self.verifier, self.problem, self.clock
@@ -140,7 +148,7 @@ class Verification:
         candidate_path.write_text(self.candidate.source)
         output_bytes = sum(map(_nbytes, made.outputs))
         # The decoy check reruns a set twice and saves it too: not for multi-GB outputs (a lint, not the boundary).
-        decoy_check = output_bytes <= budget.LARGE_OUTPUT_BYTES
+        decoy_check = self.decoy_check = output_bytes <= budget.LARGE_OUTPUT_BYTES
         job = verifier.job("candidate", candidate_path=str(candidate_path),
                            inputs_path=str(_hand_over(made, job_dir)), decoy_check=decoy_check,
                            output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
@@ -242,26 +250,24 @@ class Verification:
         trials = message.get("trials") if message else None
         if not isinstance(trials, dict):
             return None
+        # Asked before anything is judged, as the decoy runs once came before this report
+        decoy = self._decoy_runs(session, made.set_signatures, len(made.outputs))
+        if decoy is None:
+            return None
         launches = claimed_names(trials.get("launches"))
-        cand_counts = claimed_counts(trials.get("ops"))
-        cand_ops = set(cand_counts)
-        library_ops = sorted(set(made.ops) & cand_ops)
+        each_set = op_claims(trials, made)
+        library_ops = sorted({op for ref, cand in each_set for op in set(ref.counts) & set(cand.counts)})
         base: VerdictBase = {"device": self.device, "own_kernels": sorted(launches), "library_ops": library_ops}
-        own_used = trials.get("own_used")
-        work = verdicts.Work(made.op_work, claimed_counts(trials.get("op_work")),
-                             own_used if isinstance(own_used, int) and not isinstance(own_used, bool) else 0)
-        broken = verdicts.claimed_work(launches, made.ops, cand_ops, library_ops, self.verifier.strict, base,
-                                       reference_counts=made.op_counts, candidate_counts=cand_counts, work=work)
+        broken = op_rules(launches, each_set, self.verifier.strict, base)
         if broken is not None:
             return broken
         base["tolerance"] = tolerance_words(made.outputs[0] if made.outputs else [], server.tolerance)
 
         self.clock.lap("candidate")
-        loaded = load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on, extra_sets=2)
+        loaded = load_outputs(session.dir, "trials.sets", made.outputs, self.compare_on)
         if isinstance(loaded, str):
             return rejected(Code.unreadable_outputs, loaded, **base)
         outputs, _ = loaded
-        disturbed, outputs = outputs[len(made.outputs):], outputs[:len(made.outputs)]
         refs = made.outputs
         # Every set is compared, not only up to the first wrong one: which sets fail is a fact too.
         # The tolerance as plain data from the trusted job: the problem is never imported here.
@@ -278,7 +284,12 @@ class Verification:
                 reruns.relate(located, refs[failed], reruns.rerun(session, failed, load), tolerance)
             reason = on_workload(self.layout.name_of(failed), f"{comparison.reason} (trial {failed + 1})")
             return verdicts.incorrect(comparison, reason, comparison.code, failed + 1, located, base)
-        if self._decoy(disturbed, made, refs[0], tolerance):
+        decoy_set, saved = decoy
+        disturbed = load_output_sets(session.dir, "decoy.sets", [refs[decoy_set]] * saved, self.compare_on) \
+            if saved else []
+        if isinstance(disturbed, str):
+            return rejected(Code.unreadable_outputs, disturbed, **base)
+        if self._decoy(disturbed, made, decoy_set, tolerance):
             return rejected(Code.decoy_kernel, verdicts.DECOY_REASON, **base)
         compare_s = self.clock.lap("compare")
 
@@ -413,12 +424,35 @@ class Verification:
                 return verdicts.incorrect(checked, f"{what}: {checked.reason}", code, len(comparisons), located, base)
         return fresh_made
 
-    def _decoy(self, disturbed: list[list], made: Made, ref: list, tolerance: dict) -> bool:
-        """A forward that is still right with its own Triton kernels skipped, or with noise in
-        everything they are given, left the work to something else (torch under other op names,
-        numpy, a cached copy). Not judged where the reference is near zero or constant: unwritten
-        memory can match those."""
-        if made.warnings or made.round_off:
+    def _decoy_runs(self, session: JobSession, signatures: list[int], sets: int) -> tuple[int, int] | None:
+        """The decoy runs, asked for on a trial set drawn here once every trial forward ran (the
+        candidate can't know it ahead, so can't be honest only there: review35): that set and how
+        many disturbed outputs the child saved to decoy.sets; None where it broke off. None asked
+        for multi-GB outputs (decoy_check off: the child waits for no request)."""
+        if not self.decoy_check:
+            return 0, 0
+        choices = decoy_choices(signatures, sets)
+        pick = choices[secrets.randbelow(len(choices))]
+        if not session.send({"decoy": {"set": pick}}):
+            return None
+        answer = session.receive()
+        got = answer.get("decoy") if answer else None
+        if not isinstance(got, dict):
+            return None
+        saved = got.get("saved")
+        return pick, saved if isinstance(saved, int) and not isinstance(saved, bool) and 0 <= saved <= 2 else 0
+
+    def _decoy(self, disturbed: list[list], made: Made, index: int, tolerance: dict) -> bool:
+        """A forward that is still right on set `index` with its own Triton kernels skipped, or with
+        noise in everything they are given, left the work to something else (torch under other op
+        names, numpy, a cached copy). Not judged where the reference is near zero or constant:
+        unwritten memory can match those (the trusted job's warnings and round-off are its first
+        set's; another set's reference is looked at here, every output within atol of zero skipped)."""
+        ref = made.outputs[index]
+        if made.warnings or made.round_off or degenerate_output_warnings(ref):
+            return False
+        if index and any(isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
+                         and float(t.detach().abs().amax()) <= tolerance_for(t.dtype, tolerance)["atol"] for t in ref):
             return False
         return any(compare_outputs(outputs, ref, tolerance, self.compare_on).ok for outputs in disturbed)
 
@@ -434,6 +468,39 @@ class Verification:
             caveats.append("Triton's CPU interpreter computes bf16 tl.dot wrongly (triton-lang/triton#11584): "
                            "a mismatch here may be the interpreter's; check on a GPU")
         return caveats
+
+
+def decoy_choices(signatures: list[int], sets: int) -> list[int]:
+    """The sets the decoy runs may take: each with a later set of its input signature, so the forward's
+    last call on those shapes was on other values, and an output buffer it keeps and writes every call
+    holds another set's answer when its launches are skipped (relu_one_buffer_triton: picked, the last
+    set read as a decoy). Set 0 where none has one, or the signatures are unknown (as before the pick)."""
+    if len(signatures) != sets:
+        return [0]
+    return [i for i in range(sets) if signatures[i] in signatures[i + 1:]] or [0]
+
+
+def op_claims(trials: dict, made: Made) -> list[tuple[SetOps, SetOps]]:
+    """Each trial set's op record, the reference's beside the candidate's claim, the first set first;
+    the first set's alone where either side has none of every set (its fields as before records per set)."""
+    candidate = op_records.decode(trials, len(made.outputs))
+    if candidate is None or len(made.set_ops) != len(made.outputs):
+        return [(SetOps(made.op_counts, made.op_work), op_records.one(trials))]
+    return list(zip(made.set_ops, candidate))
+
+
+def op_rules(launches: list[str], each_set: list[tuple[SetOps, SetOps]], strict: bool, base: VerdictBase) -> Verdict | None:
+    """The rules on what the candidate's process says it ran (verdicts.claimed_work) on every trial set,
+    each against the reference's record on its own shapes, the first set first: a set where torch did
+    the work fails as the first would (review35: a forward honest where it is recorded, torch elsewhere)."""
+    for ref, cand in each_set:
+        ops = sorted(ref.counts)
+        broken = verdicts.claimed_work(launches, ops, set(cand.counts), sorted(set(ops) & set(cand.counts)), strict, base,
+                                       reference_counts=ref.counts, candidate_counts=cand.counts,
+                                       work=verdicts.Work(ref.work, cand.work, cand.own_used))
+        if broken is not None:
+            return broken
+    return None
 
 
 def _hand_over(made: Made, job_dir: Path) -> Path:
