@@ -118,7 +118,10 @@ def _numbers(verdict, started: float) -> dict:
             "feedback": verdict.feedback[-3000:] if verdict.status.value != "correct" else "",
             "phases_s": {k: round(v, 3) for k, v in verdict.cost_s.items() if k.startswith("phase_")},
             # inside the timing phases: where the rounds' and the windows' wall time went (timing_driver.TIMING_PARTS)
-            "timing_parts_s": {k: round(v, 3) for k, v in verdict.cost_s.items() if k.startswith("timing_") and k != "timing_s"}}
+            "timing_parts_s": {k: round(v, 3) for k, v in verdict.cost_s.items()
+                               if (k.startswith("timing_") and k != "timing_s") or k.startswith("child_timing_setup")},
+            # replayed windows' steps per side (fill, run, keep, excess: ms), to calibrate the clock's allowance
+            "window_steps_ms": {name: t.window_steps_ms for name, t in verdict.timings.items() if t.window_steps_ms}}
 
 
 def verify(verifier: Verifier, candidate: Path, problem: Path, fresh: bool = True, rules: bool = True) -> dict:

@@ -13,7 +13,10 @@ CLAIMED_KEY = re.compile(r"[A-Za-z0-9_]{1,64}")  # what a claimed cost's name ma
 PARENT_COSTS = frozenset({"compare_s", "reference_s", "timing_s", "baselines_import_s", "baselines_build_s", "child_s",
                           "total_s", "exit_s", "fixed_s", "baselines_cached_at", "baselines_cache_stored",
                           "trusted_worker_import_s", "candidate_worker_import_s"})
-CHILD_COSTS = ("first_call_s", "trials_s", "timing_setup_s")  # the child's own work, left out of fixed_s
+# the child's timing setup step by step (harness.setup_timing), inside the parent's timing_s
+TIMING_SETUP_COSTS = ("timing_setup_s", "timing_setup_pool_s", "timing_setup_buffers_s", "timing_setup_warm_values_s",
+                      "timing_setup_warm_rounds_s")
+CHILD_COSTS = ("first_call_s", "trials_s", *TIMING_SETUP_COSTS)  # the child's own work, left out of fixed_s
 
 
 def claimed_seconds(raw: object, names: Collection[str] | None = None) -> dict[str, float]:

@@ -661,22 +661,28 @@ class _CandidateSession:
         from kernelloop.tools.profile.timing import rounds_on
 
         self.channel.phase("timing")
-        started = time.perf_counter()
+        steps = Stopwatch()  # where the setup goes (claims.TIMING_SETUP_COSTS), each step ended by a synchronize
         fresh = bool(request.get("fresh", False))
         if fresh:
             self.counter.let_own_kernels_through()  # the digest kernel, compiled below, is the harness's
             self.pool = Pool([to_device(inputs, self.device) for inputs in self.pool_sets])
             self.timing_sets = [self.pool.buffers()]
+            synchronize(self.device)
+            steps.lap("timing_setup_pool_s")
             self.kept = Kept(self._specs(self.timed_first), int(request.get("keep_calls") or 1), self.device)
             self.window = Window(self.pool, self.kept.calls, self.timing_sets[0])
+            synchronize(self.device)
+            steps.lap("timing_setup_buffers_s")
             warm_fresh_values(self.pool, self.kept, self.device, self.window)
+            steps.lap("timing_setup_warm_values_s")
         else:
             self.timing_sets = [to_device(inputs, self.device) for inputs in self.timed_sets]
         call = lambda i: self.model(*self.timing_sets[i])  # noqa: E731
         self.timing = rounds_on(self.device, {CANDIDATE: call, AGAIN: call}, len(self.timing_sets),
                                 prepare=self._prepare if fresh else None, after=self._after if fresh else None)
         hold_ms = self.timing.warm()
-        self.costs["timing_setup_s"] = time.perf_counter() - started
+        steps.lap("timing_setup_warm_rounds_s")
+        self.costs.update(steps.laps, timing_setup_s=steps.total())
         # The fresh check writes new values into the buffers the timing loop called first (get_inputs'
         # own: another workload's sets have other shapes).
         if self.timed_first == 0:

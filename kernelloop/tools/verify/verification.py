@@ -4,9 +4,10 @@ costs, its reference sets, its baseline-cache lookup; the Verifier it serves kee
 across verifications (the workers, the trusted job, caches, config).
 
 The conversation: trials (saved by the child, compared here), the decoy runs on a trial set drawn
-here after them, the rules on what the child says it ran (on every trial set), timing (outputs right first; with the Verifier's opt-in `fresh_timing`, every timed call on
-fresh values and outputs of timed calls picked at random checked here: timed_checks.py), then
-fresh values in buffers the candidate already knows.
+here after them, the rules on what the child says it ran (on every trial set), timing (outputs
+right first; with the Verifier's `fresh_timing`, the default, every timed call on fresh values and
+outputs of timed calls picked at random checked here: timed_checks.py), then fresh values in
+buffers the candidate already knows.
 Everything the child reports is a claim; what decides the verdict is computed or observed here.
 """
 
@@ -28,7 +29,7 @@ from kernelloop.sandbox.runner import JobOutcome, JobSession, new_job_dir, remov
 from kernelloop.sandbox.safe_io import JobDir, UnsafeFileError
 from kernelloop.tools.profile.stopwatch import Stopwatch
 from kernelloop.tools.verify import budget, interpreter_order, op_records, reruns, trusted_cache, verdicts
-from kernelloop.tools.verify.claims import CHILD_COSTS, claimed_names, claimed_seconds
+from kernelloop.tools.verify.claims import CHILD_COSTS, TIMING_SETUP_COSTS, claimed_names, claimed_seconds
 from kernelloop.tools.verify.compare import (
     Comparison,
     compare_outputs,
@@ -230,8 +231,8 @@ class Verification:
             verdict = verdicts.claims_unverified(verdict)
         claims = outcome.result if isinstance(outcome.result, dict) else {}
         candidate_costs = claimed_seconds(claims.get("costs"), names=CHILD_COSTS)
-        candidate_costs.pop("timing_setup_s", None)  # inside the parent's timing_s
-        verdict.cost_s = {**verdict.cost_s, **self.parent_costs, **self.overlapped,
+        setup = {f"child_{name}": candidate_costs.pop(name) for name in TIMING_SETUP_COSTS if name in candidate_costs}
+        verdict.cost_s = {**verdict.cost_s, **self.parent_costs, **self.overlapped, **setup,
                           **{f"timing_{part}": s for part, s in self.timing_parts.items()}, "child_s": outcome.elapsed_s,
                           **candidate_costs, "total_s": self.clock.elapsed()}
         written_at = claimed_seconds({"t": claims.get("written_at")}).get("t")  # a time.time() stamp
