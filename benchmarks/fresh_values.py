@@ -175,6 +175,11 @@ def main() -> None:
               f"{r['keep_ms']:7.4f} {r['digest_ms']:7.4f} {r['forward_ms']:8.4f} {r['window_sets']:5d}", flush=True)
     torch.cuda.empty_cache()
 
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every verification: a call cut short keeps what it measured
+        (args.out / "fresh_values.json").write_text(json.dumps(out, indent=1, default=str))
+
     def in_budget(what: str) -> bool:
         if time.perf_counter() - began < args.budget_s:
             return True
@@ -191,27 +196,34 @@ def main() -> None:
             if row["twin"] and row["twin"] not in twins and in_budget(f"twin {row['twin']}"):
                 twins[row["twin"]] = verify(verifier, FIXTURES / "honest" / row["twin"], problem)
             row["twin_run"] = twins.get(row["twin"])
+            out["memos"][memo.stem] = row
             for rules in (True, False):
                 if in_budget(f"{memo.stem} rules={'on' if rules else 'off'}"):
-                    row["on" if rules else "off"] = verify(verifier, memo, problem, rules=rules)
-            out["memos"][memo.stem] = row
+                    row["on" if rules else "off"] = _said(memo.stem, verify(verifier, memo, problem, rules=rules))
+                    save()
         for index, (candidate, problem) in enumerate(pairs):
             runs: dict = {"off": [], "on": []}
             # the off runs spread among the on runs, first or not by turns: a problem's first verification is colder
             order = [True] * args.reps
             for k in range(args.off):
                 order.insert(min(len(order), (index + 2 * k) % (args.reps + 1)), False)
+            out["examples"][candidate.stem] = runs
             for fresh in order:
                 if in_budget(f"{candidate.stem} fresh={'on' if fresh else 'off'}"):
-                    runs["on" if fresh else "off"].append(verify(verifier, candidate, problem, fresh=fresh))
-            out["examples"][candidate.stem] = runs
+                    runs["on" if fresh else "off"].append(_said(candidate.stem, verify(verifier, candidate, problem, fresh=fresh)))
+                    save()
 
     print(tables(out))
     if out["skipped"]:
         print(f"\nskipped past --budget-s {args.budget_s:g}: {', '.join(out['skipped'])}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fresh_values.json").write_text(json.dumps(out, indent=1, default=str))
+    save()
     print(f"wrote {args.out / 'fresh_values.json'} in {time.perf_counter() - began:.0f} s")
+
+
+def _said(stem: str, row: dict) -> dict:
+    """One line as each verification ends (the log shows where a call's time went), and the row."""
+    print(f"  {stem[:32]:32} {row['status']:>13} {_f(row.get('speedup')):>8} {row.get('wall_s', 0):6.1f} s", flush=True)
+    return row
 
 
 def tables(out: dict) -> str:
