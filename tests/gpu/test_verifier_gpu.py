@@ -154,6 +154,8 @@ def test_a_job_that_rewrites_its_triton_driver_touches_no_later_job(relu_problem
     assert all(verdict.status is Status.correct for verdict in after), [verdict.reason for verdict in after]
     assert all(verdict.cost_s.get("prepare_driver_s", 0) > 0 and verdict.cost_s.get("preload_triton_key_s", 0) > 0
                for verdict in after)
+    # the digest kernel of timed outputs compiled by each job's standby too, not while a timed job waits
+    assert all(verdict.cost_s.get("prepare_digest_s", 0) > 0 for verdict in after)
 
 
 def test_the_baselines_alone_are_timed_in_the_trusted_worker(verifier, relu_problem):

@@ -74,13 +74,12 @@ def preload() -> None:
     PRELOADED.update(steps.laps)
 
 
-def _load_triton_driver() -> None:
+def _load_triton_driver(steps: Stopwatch) -> None:
     """Build and load Triton's CUDA driver helpers (cuda_utils: 0.36 s of gcc in every fresh process)
-    in this process, from a private temporary dir deleted once they are loaded. The kernel that
-    digests timed outputs (kept_outputs.py) is not compiled here: most jobs are never timed, and a
-    timed one compiles it while the trusted job sets up its baselines (timing_driver.py). Its
-    digests are commitments the parent checks with its own torch ops, so a cache the candidate
-    planted for it can only make them fail.
+    in this process, and compile the kernel that digests timed outputs (kept_outputs.py: every timed
+    job's first digest compiled it while the job waited), from a private temporary dir deleted once
+    they are loaded. Its digests are commitments the parent checks with its own torch ops, so a
+    kernel the candidate tampers with can only make them fail.
 
     Per process, never in the zygote: a job can open its own mapping of the library for writing
     (/proc/self/map_files, seen in bubblewrap on an H200 node), and a mapping the zygote made would be
@@ -89,11 +88,16 @@ def _load_triton_driver() -> None:
     import shutil
     import tempfile
 
+    from kernelloop.tools.verify.kept_outputs import warm_digest
+
     build = tempfile.mkdtemp(prefix="kernelloop-driver-")
     saved = os.environ.get("TRITON_CACHE_DIR")
     os.environ["TRITON_CACHE_DIR"] = build
     try:
         triton.runtime.driver.active.utils  # noqa: B018 - builds and loads the driver helpers
+        steps.lap("prepare_driver_s")
+        warm_digest("cuda")  # compiled and loaded: the job's first digest finds it in memory
+        steps.lap("prepare_digest_s")
     except Exception as exc:  # noqa: BLE001 - no driver here after all: the job meets it as before
         print(f"kernelloop: Triton's driver was not loaded ahead: {error_line(exc)}", file=sys.stderr)
     finally:
@@ -123,8 +127,7 @@ def prepare() -> None:
     # helpers on its first launch. A trusted job reads them from its kept cache, and a reference
     # job never launches Triton: it does not wait for them.
     if os.environ.get(PER_JOB_CACHE_ENV) == "1" and os.environ.get("TRITON_INTERPRET") != "1":
-        _load_triton_driver()
-        steps.lap("prepare_driver_s")
+        _load_triton_driver(steps)
     wanted = [name for name in os.environ.get(PRELOAD_NOW_ENV, "").split(",") if name]
     missing = [name for name in wanted if name not in sys.modules]
     for name in missing:

@@ -292,7 +292,7 @@ class Window:
 
 def warm_fresh_values(pool: Pool, kept: Kept, device: str, window: Window | None = None) -> None:
     """Before any request is timed: a request's random bits drawn once at the largest size, every
-    kept slot digested (on a GPU the digest kernel compiles), and a window's sets written once, so
+    kept slot digested (on a GPU the digest kernel loads, or compiles where no standby did), and a window's sets written once, so
     the allocator holds their blocks and no timed window pays for a compile or a first allocation."""
     request = pool.request(0, kept.calls)
     if window is not None:

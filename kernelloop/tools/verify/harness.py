@@ -664,7 +664,7 @@ class _CandidateSession:
         steps = Stopwatch()  # where the setup goes (claims.TIMING_SETUP_COSTS), each step ended by a synchronize
         fresh = bool(request.get("fresh", False))
         if fresh:
-            self.counter.let_own_kernels_through()  # the digest kernel, compiled below, is the harness's
+            self.counter.let_own_kernels_through()  # the digest kernel (warmed below) is the harness's
             self.pool = Pool([to_device(inputs, self.device) for inputs in self.pool_sets])
             self.timing_sets = [self.pool.buffers()]
             synchronize(self.device)

@@ -236,7 +236,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
     """Timing with fresh values and checks of timed calls."""
     spent = _Spent(parts)
     keep_calls = capacity(checks.nbytes)
-    # Both set up at once: the child's (its buffers, and on a GPU the digest kernel's compile) while
+    # Both set up at once: the child's (its buffers and warm-up; the digest kernel was compiled by its standby) while
     # the trusted job builds and warms the baselines.
     asked = session.send({"time": {"fresh": True, "keep_calls": keep_calls}})
     baseline_setup = server.ask("timing", {"skip": list(skip or []), "fresh": True, "keep_calls": keep_calls})
