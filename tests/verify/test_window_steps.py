@@ -147,3 +147,29 @@ def test_the_childs_steps_come_in_order_and_run_the_captured_graph(monkeypatch):
     values = session.pool.request(7, 4)  # type: ignore[union-attr]
     for k in range(4):
         assert torch.equal(session.kept.raw(k).view(torch.float32).view(6, 5), values.values(k)[0] * 2)  # type: ignore[union-attr]
+
+
+def test_a_window_no_longer_than_its_overhead_is_measured_again_and_never_read_as_a_time():
+    """Noise can make a side's fastest window no longer than the fastest overhead window: that side is
+    unresolved, the windows go on (to MAX_WINDOWS), and its line says the clock could not resolve it
+    rather than "0.0000 ms"."""
+    from kernelloop.records import TimingStats
+    from kernelloop.tools.verify.speed import clock_line, counted_ms
+
+    backs = Windows(10, {"eager": [3.0], "candidate": [1.4]}, [1.5])
+    assert backs.unresolved() == ["candidate"] and backs.per_call()["candidate"] == 0.0
+    log: list = []
+
+    class _Slow(_StepTrusted):  # an overhead run step longer than anything the child can answer in
+        def timed(self, kind: str, request: dict) -> tuple[dict, float]:
+            self.log.append(("trusted", dict(request)))
+            return {}, {"fill": 5.0, "run": 50.0, "keep": 1.0}[request["stage"]]
+
+    windows = timing_driver._windows(_StepChild(log), _Slow(log), ["eager"], 8, {"eager": 1.0, "candidate": 1.0},
+                                     _Checks(), replayed=True)  # type: ignore[arg-type]
+    assert isinstance(windows, Windows) and windows.windows == timing_driver.MAX_WINDOWS
+    stats = TimingStats(name="candidate", median_ms=0.02, iqr_ms=0.0, min_ms=0.02, mean_ms=0.02, samples=50,
+                        host_ms_per_call=0.0, replayed=True, window_calls=40)
+    stats.counted_ms, stats.clock = counted_ms(stats.median_ms, stats.host_ms_per_call)
+    line = clock_line({"candidate": stats}, ["candidate"])
+    assert "under the clock's resolution" in line and "0.0000" not in line, line

@@ -128,8 +128,10 @@ def clock_line(stats: dict[str, TimingStats], names: list[str]) -> str:
                          f"(its events {item.median_ms:.4f} ms)")
         else:
             unconfirmed = "; a window's claimed work too little for the clock to confirm" if item.confirmed is False else ""
+            # a window no longer than its overhead and the allowance: under what the clock resolves, not 0 ms
+            seen = f"{host:.4f} ms" if host > 0 else "under the clock's resolution"
             parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call ({how}{':' if item.window_calls else ''} "
-                         f"{host:.4f} ms{unconfirmed})")
+                         f"{seen}{unconfirmed})")
     return "; ".join(parts)
 
 

@@ -444,6 +444,14 @@ class Windows:
         return [name for name, ms in self.per_call().items()
                 if name in events_ms and counted_ms(events_ms[name], ms)[1] == PARENT_CLOCK]
 
+    def unresolved(self) -> list[str]:
+        """Sides whose fastest window took no longer than the fastest overhead window: noise, not a time
+        (a window's calls can't take less than nothing), so the windows go on for them."""
+        if not self.overheads:
+            return []
+        overhead = min(self.overheads)
+        return [name for name, walls in self.walls.items() if min(walls) <= overhead]
+
     def overhead_ms_per_call(self) -> float | None:
         """What a window's work besides its calls cost the trusted job, per call (all its steps)."""
         if not self.overheads:
@@ -504,7 +512,7 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
                 failed = checks.check(seed, calls, [(i, i) for i in picks], digests)
             if failed is not None:
                 return failed
-        enough = backs.windows >= MIN_WINDOWS and not backs.deciding(events_ms)
+        enough = backs.windows >= MIN_WINDOWS and not backs.deciding(events_ms) and not backs.unresolved()
         out_of_time = backs.windows >= 2 and time.perf_counter() - started > MAX_TIMED_S
         if enough or out_of_time or backs.windows >= MAX_WINDOWS:
             return backs
