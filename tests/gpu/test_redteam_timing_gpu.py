@@ -179,6 +179,16 @@ def test_an_output_computed_when_read_is_not_faster(unlinted):
     judge(unlinted, "redteam_timing_deferred_output_phase_oracle", never_engaged)
 
 
+def test_work_moved_into_a_windows_fill_step_is_counted_as_its_calls(unlinted):
+    """A forged timer (a tenth of every interval) and a harness hook: each replayed window's fill step computes
+    every call's answer into buffers of its own, and the captured graph only copies them, so the run step the
+    parent times as the calls is a copy. The fill step's excess over the trusted job's (Windows.excess_ms) is
+    added to the window: the parent's clock outweighs the forged events, no faster than its twin."""
+    judge(unlinted, "redteam_timing_work_in_fill_step",
+          both(printed("redteam_timing_work_in_fill_step: a window's answers made in its fill step"),
+               candidate_window(lambda c: c.replayed, "replayed as a graph (its capture may have failed: see stderr)")))
+
+
 def test_claims_made_smaller_in_the_scrutiny_block_gain_nothing(unlinted):
     """Claims under the reference's roofline floor (over the output floor) in every block bring a scrutiny block
     (SCRUTINY_ROUNDS, known by its size), where it claims a hundredth of that: the speedup is the median event

@@ -111,6 +111,11 @@ def test_an_honest_kernel_is_timed_with_its_fresh_values_overhead_taken_off(time
     assert candidate.overhead_ms_per_call is not None and candidate.overhead_ms_per_call > 0
     assert candidate.host_ms_per_call is not None and candidate.counted_ms is not None
     assert candidate.replayed  # these three can be captured: their windows are graph replays
+    # timed step by step: each side's fill, run and keep; an honest child's fill and keep are the trusted job's
+    for side in ("candidate", "eager"):
+        steps = verdict.timings[side].window_steps_ms
+        assert set(steps) == {"fill", "run", "keep", "excess"} and min(steps["fill"], steps["run"], steps["keep"]) > 0, steps
+        assert steps["excess"] == 0.0, f"{side}: {steps} ({verdict.speed_source})"
 
 
 @pytest.mark.parametrize("stem", ["12_Scale_BiasAdd_Tanh_Clamp", "13_CumsumRows", "6_MatmulFP16", "attention/1_causal_mask"])
