@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speed you can trust by default, on one GPU, in parts that each fit one 10-minute device call:
 #   bash benchmarks/gpu_trusted_speed.sh examples    # 13 shipped examples x5, once with fresh timing off (its cost)
-#   bash benchmarks/gpu_trusted_speed.sh starters    # the 10 attention starters x5
+#   bash benchmarks/gpu_trusted_speed.sh starters    # the 10 attention starters x5 (8-12 s each: may need both halves)
+#   bash benchmarks/gpu_trusted_speed.sh starters-a  # starters 1-5 x5;  starters-b: 6-10 x5 (one call each)
 #   bash benchmarks/gpu_trusted_speed.sh memos       # the memo fixtures, static rules on and off, beside their twins
 #   bash benchmarks/gpu_trusted_speed.sh tests       # the timed-checks GPU tests and the timing cheats of the corpus
 #   bash benchmarks/gpu_trusted_speed.sh redteam     # the red team's timing attacks (tests/gpu/test_redteam_timing_gpu.py)
@@ -27,7 +28,11 @@ case "${1:-examples}" in
   examples)
     timeout 560 python3 benchmarks/fresh_values.py --only $EXAMPLES --no-memos --reps 5 --off 1 --budget-s 520 \
       --out "$OUT/speed" 2>&1 | tee "$OUT/speed/log.txt" | tail -25 ;;
-  starters)
+  starters|starters-a|starters-b)
+    case "$1" in
+      starters-a) STARTERS=$(echo $STARTERS | tr ' ' '\n' | grep -E '^[1-5]_' | tr '\n' ' ') ;;
+      starters-b) STARTERS=$(echo $STARTERS | tr ' ' '\n' | grep -vE '^[1-5]_' | tr '\n' ' ') ;;
+    esac
     timeout 560 python3 benchmarks/fresh_values.py --only $STARTERS --no-memos --reps 5 --off 0 --budget-s 520 \
       --out "$OUT/speed" 2>&1 | tee "$OUT/speed/log.txt" | tail -35 ;;
   memos)
@@ -56,5 +61,5 @@ PY
       --no-progress > "$OUT/speed/bench.out" 2> "$OUT/speed/bench.log"
     echo "bench exit $? in $(( $(date +%s) - started )) s"; tail -12 "$OUT/speed/bench.out"
     tar -czf "$OUT/speed/bench.tgz" -C "$OUT/speed" bench && rm -rf "$OUT/speed/bench" ;;
-  *) echo "parts: examples, starters, memos, tests, redteam, bench [LB]"; exit 2 ;;
+  *) echo "parts: examples, starters, starters-a, starters-b, memos, tests, redteam, bench [LB]"; exit 2 ;;
 esac
