@@ -28,7 +28,8 @@ from pathlib import Path
 from kernelloop.evals.listed import DATA, PROBLEMS, RAW_DATA, Leaderboard, leaderboard_problem_file
 
 ROOT = Path(__file__).resolve().parents[1]
-LINT_FILES = ("kernelloop/tools/verify/static_check.py", "kernelloop/tools/verify/bindings.py")
+LINT_FILES = ("kernelloop/tools/verify/static_check.py", "kernelloop/tools/verify/bindings.py",
+              "kernelloop/tools/verify/native_scan.py")
 
 
 def lint_commit() -> str:

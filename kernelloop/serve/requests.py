@@ -246,6 +246,7 @@ def _path_or_text(path: str | None, text: str | None, name: str, what: str, inbo
 # name files (file_roots) and whether it may choose the endpoint (allow_caller_endpoints).
 
 _FILE_FIELDS = ("problem_path", "candidate_path", "start")
+_SETTINGS_NAMES = frozenset(name.casefold() for name in SETTINGS_FILES)
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
@@ -270,7 +271,9 @@ def confined(request: RequestT, settings: Settings) -> RequestT:
         if resolved.is_relative_to(workspace):
             raise RequestError(f"{name} {safe_text.one_line(str(value), 300)!r} is in the server's workspace, "
                                "which a caller may not read; give its text instead")
-        if resolved.name in SETTINGS_FILES:  # the operator's settings (its key among them) are never a caller's file
+        # the operator's settings (its key among them) are never a caller's file; casefolded, as a case-insensitive
+        # filesystem opens `.ENV` as `.env` (and Windows drops a trailing dot or space)
+        if resolved.name.rstrip(". ").casefold() in _SETTINGS_NAMES:
             raise RequestError(f"{name} {safe_text.one_line(str(value), 300)!r} is a settings file, which a caller "
                                "may not name")
         updates[name] = str(resolved)

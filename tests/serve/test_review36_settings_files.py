@@ -32,7 +32,9 @@ def operator_dir(tmp_path, monkeypatch):
 
 SPELLINGS = ["kernel.py", "./sub/../.env", "sub/../kernelloop.toml", "/proc/self/cwd/.env",
              f"/proc/{os.getpid()}/cwd/kernelloop.toml", "/proc/self/root{project}/.env", "{project}//.env",
-             "{project}/./sub/../.env"]
+             "{project}/./sub/../.env",
+             # a case-insensitive filesystem (macOS's, Windows') opens these as the settings files
+             "{project}/.ENV", "{project}/KernelLoop.TOML", "{project}/.Env."]
 
 
 @pytest.mark.parametrize("field", ["start", "problem_path"])

@@ -169,22 +169,9 @@ _OPEN = {
     "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
                              "from a value it made itself, and numpy's work records no torch op (the verdict says "
                              "\"in-process claim\"; --strict-claims refuses it)",
-    "review36_cpp_own_name_frame_builtins_exec": "native_scan keeps one flat set of own names: a parameter of an "
-                                                  "unused function named PyFrame_GetBuiltins (or any C API name off "
-                                                  "FORBIDDEN_NATIVE's spellings) whitelists that name's calls "
-                                                  "everywhere, so lint-clean C++ runs exec and forges the claims",
-    "review36_cpp_macro_param_name_exec": "the same flat own names reached by an unused function-like macro's "
-                                          "parameter names: lint-clean C++ runs exec and forges the claims",
-    "review36_cpp_own_name_fopen64_host_files": "the same flat own names, with the 64-bit stdio names that "
-                                                 "FORBIDDEN_NATIVE's word match and LIBC_NAMES miss: lint-clean C++ "
-                                                 "opens, reads and writes files (the sandbox holds; the verdict is "
-                                                 "the op rule's, not the lint's)",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
-# Holes in the lint alone: with the rules off their boundary promise already holds.
-for _lint_only in ("review36_cpp_own_name_fopen64_host_files",):
-    OPEN_WITHOUT_RULES.pop(_lint_only)
 
 
 def _open_marks(path: Path, open_attacks: dict[str, str]) -> list:

@@ -196,3 +196,96 @@ def test_a_source_list_is_read_element_by_element():
         head + "m = load_inline(name='m', cpp_sources=['int f() { return 1; }', make()], functions=['f'])\n") or "")
     assert first_violation(head + "srcs = ['int f() { return 1; }']\n"
                                   "m = load_inline(name='m', cpp_sources=srcs, functions=['f'])\n") is None
+
+
+# review36: a name is the source's own only where it is in scope. `statvfs` stands for any C library function
+# no list names; the Python C API is refused as a name even where declared.
+@pytest.mark.parametrize(("source", "named"), [
+    ("int unused(int statvfs) { return statvfs; }\nvoid g() { statvfs(\"/\"); }", "statvfs"),
+    ("#define NEVER_USED(statvfs, fgets) 0\nvoid g() { statvfs(\"/\"); }", "statvfs"),
+    ("void g() { statvfs(\"/\"); int statvfs = 0; }", "statvfs"),
+    ("void g() { for (int statvfs = 0; statvfs < 1; ++statvfs) {} statvfs(\"/\"); }", "statvfs"),
+    ("void g() { auto f = [](int statvfs) { return statvfs; }; statvfs(\"/\"); }", "statvfs"),
+    ("template <int statvfs> int t() { return statvfs; }\nvoid g() { statvfs(\"/\"); }", "statvfs"),
+    ("struct S { int statvfs() { return 0; } };\nvoid g() { statvfs(\"/\"); }", "statvfs"),
+    ("void g() { { int statvfs = 0; } statvfs(\"/\"); }", "statvfs"),
+    ("int proto(int statvfs);\nint proto(int x) { return x; }\nvoid g() { statvfs(\"/\"); }", "statvfs"),
+    # a macro's body means what it means where it is expanded, not where it is defined
+    ("void u(int statvfs) {\n#define OPEN_IT statvfs(\"/\")\n}\nvoid g() { OPEN_IT; }", "statvfs"),
+    ("void u(int statvfs) {\n#define INNER statvfs(\"/\")\n#define OUTER(statvfs) INNER\n}\nvoid g() { OUTER(1); }",
+     "statvfs"),
+    # a macro's name is its own from its #define to its #undef, under its #if branch
+    ("#define statvfs(x) 0\n#undef statvfs\nvoid g() { statvfs(\"/\"); }", "statvfs"),
+    ("void g() { statvfs(\"/\"); }\n#define statvfs(x) 0\n", "statvfs"),
+    ("void g() {\n#if 0\nint statvfs = 0;\n#endif\nstatvfs(\"/\");\n}", "statvfs"),
+    # brackets a macro or a left-out #if branch supplies would move code into another block than the scan sees
+    ("#define CLOSE }\n#define OPEN {\nvoid u(int statvfs) { CLOSE int g() { return statvfs(\"/\"); } void h() OPEN }",
+     "bracket"),
+    ("void u(int statvfs) {\n#if 0\n{\n#endif\n}\nint g() { return statvfs(\"/\"); }\n#if 0\n}\n#endif\n", "bracket"),
+    ("void g() {\n#if 1\n", "#if"),
+    # the C API is refused even as a name of its own; the 64-bit and unlocked stdio names as declarations
+    ("int PyRun_SimpleString(const char* s) { return 0; }\nvoid g() { PyRun_SimpleString(\"x\"); }",
+     "PyRun_SimpleString"),
+    ("void g(int _PyObject_Call) {}", "_PyObject_Call"),
+    ("int fopen64(int x) { return x; }", "fopen64"),
+    ("struct fgets { int a; };", "fgets"),
+    ("#define popen(x) 0\n", "popen"),
+])
+def test_a_name_is_own_only_where_it_is_in_scope(source, named):
+    why = first_unknown(source)
+    assert why is not None and named in why, why
+
+
+SCOPED_HONEST = r'''
+#include <torch/extension.h>
+#define IDX(r, c) ((r) * cols + (c))
+#define CUDA_CHECK(call) do { cudaError_t err = call; if (err != cudaSuccess) { printf("%s\n", cudaGetErrorString(err)); } } while (0)
+#ifndef TILE
+#define TILE 16
+#endif
+template <typename T, int N>
+struct Buf { T v[N]; __device__ T at(int i) const { return v[i]; } };
+__global__ void k(float* x, int rows, int cols) {
+    int r = blockIdx.x;
+#if __CUDA_ARCH__ >= 800
+    float scale = 2.f;
+#else
+    float scale = 1.f;
+#endif
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) x[IDX(r, c)] *= 2.f;
+    __shared__ float tile[TILE];
+    if (int q = r) { tile[0] = q; }
+    int stat = 0, access = 1, select = 2;
+    x[0] += stat + access + select;
+}
+struct Runner {
+    int calls;
+    Runner() : calls(0) {}
+    void run(torch::Tensor x) { calls++; k<<<x.size(0), 256>>>(x.data_ptr<float>(), x.size(0), x.size(1)); }
+};
+torch::Tensor f(torch::Tensor x) {
+    Runner runner;
+    runner.run(x);
+    CUDA_CHECK(cudaGetLastError());
+    auto twice = [&](int n) -> int { return n * 2; };
+    return x * twice(1);
+}
+'''
+
+
+def test_scoped_names_in_honest_code_pass():
+    # a macro's body may name the locals where it is expanded; locals may take libc's names (they hide them)
+    assert first_unknown(SCOPED_HONEST) is None
+
+
+@pytest.mark.parametrize("expression", ["bool b = not statvfs;", "bool b = x && statvfs;", "auto r = x & statvfs;",
+                                        "bool b = p > statvfs;", "auto q = AMP statvfs;"])
+def test_an_expression_is_no_declaration(expression):
+    source = f"#define AMP &\nvoid g(torch::Tensor x, int p) {{ {expression} statvfs(\"/\", 0); }}"
+    why = first_unknown(source)
+    assert why is not None and "statvfs" in why, why
+
+
+def test_a_function_returning_a_struct_is_no_class_body():
+    why = first_unknown("struct S { int a; };\nstruct S make() { statvfs(\"/\", 0); int statvfs = 0; return S{statvfs}; }")
+    assert why is not None and "statvfs" in why, why

@@ -4,9 +4,15 @@ A deny list of system calls missed what it did not name (issue 35: pybind11's `p
 that rewrote the claims the parent reads; `read`, `write`, `dup`, `fcntl`, `clone`, `mkstemp`,
 `at::launch` ...). So every identifier of an extension's source must be one of:
 
-- the source's own: a macro it #defines (and its parameters), a type it declares (struct, class,
-  union, enum and its values, typedef, using, template parameter, namespace alias), a function it
-  defines with a body, a variable or parameter it declares;
+- the source's own where it is used (issue 36: one flat set of own names let an unused function's
+  parameter named `PyFrame_GetBuiltins` pass every call of the C API's): a macro's name from its
+  #define to its #undef, a type it declares (struct, class, union, enum and its values, typedef,
+  using, namespace alias) and a function it defines with a body in their scope (a namespace's or an
+  extern "C" block's is the one around it), a variable from its declaration to its block's end, a
+  parameter in its function's body, a template parameter in its template; a macro's parameters
+  only in its body. A macro's body is judged where it is expanded;
+  a declaration under an #if branch counts only in that branch, and a macro's body and every #if
+  branch must pair its brackets (else the blocks the compiler sees are not the scan's);
 - a name a kernel or its host wrapper needs (`ALLOWED_NAMES`, `ALLOWED_PATTERNS`): C++ keywords and
   built-in types, CUDA's qualifiers, built-in variables, intrinsics, atomics and runtime API, the
   C math library, a few libc helpers with no reach outside the process (printf, memcpy, malloc),
@@ -18,10 +24,11 @@ that rewrote the claims the parent reads; `read`, `write`, `dup`, `fcntl`, `clon
   globals, object).
 
 A function the source declares without a body is not its own (a prototype of libc's `read` is how
-it reaches the C library without a header), nor is a name it gives to something of its own that
-libc also has (`LIBC_NAMES`): an own `write(float*)` overload leaves libc's `write(int, ...)` a
-call away. Member calls (`x.size(0)`) are left to the type they are called on, except pybind11's
-`.attr` and `.import` and `.ptr`. Headers must be on `ALLOWED_HEADERS`.
+it reaches the C library without a header), nor may it give a name libc also has (`LIBC_NAMES`) to a
+function, type, macro or name at namespace scope: an own `write(float*)` overload leaves libc's
+`write(int, ...)` a call away. The Python C API (`PY_API`: Py*, _Py*) is refused as a name even
+where the source declares it. Member calls (`x.size(0)`) are left to the type they are called on,
+except pybind11's `.attr` and `.import` and `.ptr`. Headers must be on `ALLOWED_HEADERS`.
 
 This is a lint, not the boundary (the sandbox is): text the module builds at run time is not seen.
 """
@@ -141,7 +148,10 @@ DENIED_MEMBER_CALLS = frozenset({"attr", "import", "ptr", "eval", "exec", "impor
 PY_REACHING = frozenset({"import", "getattr", "hasattr", "setattr", "delattr", "globals", "eval", "exec", "eval_file",
                          "exec_file", "reinterpret_borrow", "reinterpret_steal", "module_", "builtins", "capsule",
                          "cpp_function", "object", "handle"})
-# libc names an own declaration may not take: its own `write(float*)` leaves libc's `write(int, ...)` a call away.
+# libc names an own declaration that can stand beside libc's may not take (a function, a type, a name at namespace
+# scope, a macro): its own `write(float*)` leaves libc's `write(int, ...)` a call away. A local or a parameter of
+# that name hides libc's only in its scope, where it is what the name means. The 64-bit and unlocked forms too:
+# torch/extension.h brings in Python.h, and with it stdio.h, unistd.h, fcntl.h and the rest of libc.
 LIBC_NAMES = frozenset("""
 read write pread pwrite readv writev open openat close creat dup dup2 dup3 fcntl ioctl lseek mmap munmap mprotect
 fork vfork clone execve execv execvp system popen pclose kill sigaction pipe socket connect
@@ -149,9 +159,28 @@ accept recv sendto recvfrom unlink unlinkat rmdir mkdir mkdirat chmod fchmod cho
 symlink readlink readlinkat fstat lstat truncate ftruncate fallocate posix_fallocate mkstemp mkstemps
 mkdtemp tmpfile fopen fdopen freopen fread fwrite fclose fflush getenv setenv putenv unsetenv dlopen dlsym
 syscall ptrace prctl sleep usleep nanosleep setuid setgid chdir chroot getpid getppid waitpid
+fopen64 freopen64 open64 openat64 openat2 creat64 tmpfile64 lseek64 llseek pread64 pwrite64 preadv pwritev preadv2 pwritev2 mmap64 mremap truncate64 ftruncate64 fstat64 lstat64 stat stat64 fstatat fstatat64 newfstatat statx statfs fstatfs fallocate64 posix_fallocate64 mkstemp64 mkostemp mkostemp64 mkostemps mkstemps64 mktemp tmpnam tmpnam_r tempnam
+fgets fputs fgetc fputc getc putc getc_unlocked putc_unlocked fgetc_unlocked fputc_unlocked fgets_unlocked fputs_unlocked fread_unlocked fwrite_unlocked getchar putchar gets getline getdelim fscanf vfscanf scanf vscanf fwscanf fgetws fputws fprintf_unlocked vfprintf vdprintf dprintf setvbuf setbuf setbuffer setlinebuf fseek fseeko fseeko64 ftell ftello ftello64 rewind fgetpos fsetpos fgetpos64 fsetpos64 fileno fmemopen open_memstream remove
+renameat renameat2 link linkat symlinkat access faccessat faccessat2 euidaccess eaccess opendir fdopendir readdir readdir64 readdir_r scandir scandir64 closedir rewinddir seekdir telldir getcwd getwd get_current_dir_name fchdir realpath canonicalize_file_name nftw ftw glob
+execl execle execlp execvpe fexecve execveat posix_spawn posix_spawnp wait wait3 wait4 waitid daemon setsid setpgid
+signal raise sigqueue tgkill tkill killpg alarm
+socketpair bind listen accept4 send recvmsg sendmsg sendmmsg recvmmsg getaddrinfo gethostbyname shutdown setsockopt
+secure_getenv clearenv environ __environ
+dlmopen dlvsym dlclose dlerror dladdr dlinfo
+process_vm_readv process_vm_writev memfd_create shm_open shm_unlink madvise
+sendfile sendfile64 splice tee vmsplice copy_file_range select pselect poll ppoll epoll_create epoll_create1 epoll_ctl epoll_wait inotify_init inotify_init1 inotify_add_watch eventfd timerfd_create signalfd
+pthread_create pthread_kill pthread_detach pthread_atfork thrd_create clone3
+setrlimit prlimit sched_setaffinity seccomp mount umount umount2 pivot_root mkfifo mkfifoat mknod mknodat utime utimes futimes utimensat futimens flock lockf fsync fdatasync sync syncfs
+atexit on_exit at_quick_exit quick_exit getpwnam getpwuid fchown lchown fchownat fchmodat setreuid setresuid seteuid setegid setregid setresgid
 """.split())
+# The Python C API (torch/extension.h includes Python.h): refused even where the source declares the name.
+PY_API = re.compile(r"_?Py[A-Z_]\w*")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _TOKEN = re.compile(r"(?P<id>[A-Za-z_]\w*)|(?P<num>\.?\d[\w.]*(?:[eEpP][+-]\d+\w*)?)|(?P<op>::|->|<<<|>>>|[^\s\w])")
+_NOT_TYPES = frozenset("""
+return case goto throw new delete else do sizeof using namespace typedef operator not and or xor bitand bitor compl
+not_eq and_eq or_eq xor_eq true false nullptr this co_await co_yield co_return requires alignof typeid
+""".split())  # words before a name that never make it a declaration
 _DECLARED_AFTER = frozenset({"=", ";", ",", "[", "{", ")", ":", ">", "__attribute__"})  # `T name` then one of these declares name
 
 
@@ -161,6 +190,17 @@ def _blank_literals(text: str) -> str:
     text = re.sub(r'R"([^(\s]{0,16})\((?:.|\n)*?\)\1"', '""', text)
     pattern = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
     return pattern.sub(lambda m: " " if m.group(0).startswith("/") else m.group(0)[0] * 2, text)
+
+
+def _balanced(tokens: list[str]) -> bool:
+    """Whether every bracket in tokens is closed in order, none closed that was not opened."""
+    stack: list[str] = []
+    for token in tokens:
+        if token in ("(", "[", "{"):
+            stack.append({"(": ")", "[": "]", "{": "}"}[token])
+        elif token in (")", "]", "}") and (not stack or stack.pop() != token):
+            return False
+    return not stack
 
 
 def _matching(tokens: list[str], start: int, opening: str, closing: str) -> int:
@@ -176,22 +216,102 @@ def _matching(tokens: list[str], start: int, opening: str, closing: str) -> int:
     return len(tokens)
 
 
+class _Macro:
+    """One #define: its name, parameters, the token range of its body (after the code) and where it is
+    defined and #undef'd in the code (token indices), under which #if branches."""
+
+    def __init__(self, name: str, params: frozenset[str], at: int, context: tuple):
+        self.name, self.params, self.at, self.context = name, params, at, context
+        self.until: int | None = None  # the #undef
+        self.start = self.end = 0
+
+
 class _Source:
-    """One extension's C++ (all its source strings together), tokenised, with the names it makes its own."""
+    """One extension's C++ (all its source strings together), tokenised, with the names it declares and
+    where each is in scope.
+
+    The code's tokens come first (`code_end` of them), then each macro's body (after a `;`): a body is
+    judged where the macro is expanded, not where it is defined. Scopes are token ranges: a parameter's
+    is its function's (or lambda's, or for/if/catch's) body, a local's runs from its declaration to
+    its block's end, a member's is its class, a template parameter's its template; a declaration
+    under an #if branch counts only inside that branch, a macro only from its #define to its #undef."""
 
     def __init__(self, text: str):
         self.directives: list[str] = []
-        code_lines = []
+        self.tokens: list[str] = []
+        self.macros: list[_Macro] = []
+        self.branches: list[tuple[int, int]] = []  # each #if branch's token range, to check it is balanced
+        self.conditionals_unbalanced = False
+        context: list[tuple[int, int]] = []  # (#if group, branch) stack
+        contexts: list[tuple] = []  # each code token's
+        opened: list[int] = []  # the start of each open branch
+        guards: list[str] = []  # each open #if's NAME where it is `#ifndef NAME`
+        bodies: list[str] = []
+        groups = 0
         for line in _blank_literals(text).split("\n"):
             stripped = line.strip()
-            if stripped.startswith("#"):
-                self.directives.append(stripped)
-                body = re.match(r"#\s*define\s+(\w+)(\(([^)]*)\))?(.*)", stripped)
-                code_lines.append(body.group(4) if body else "")  # a macro's body is code; other directives aren't
-            else:
-                code_lines.append(line)
-        self.tokens = [m.group(0) for m in _TOKEN.finditer("\n".join(code_lines)) if not m.group("num")]
-        self.own = self._own_names()
+            if not stripped.startswith("#"):
+                found = [m.group(0) for m in _TOKEN.finditer(line) if not m.group("num")]
+                self.tokens += found
+                contexts += [tuple(context)] * len(found)
+                continue
+            self.directives.append(stripped)
+            here = len(self.tokens)
+            define = re.match(r"#\s*define\s+(\w+)(\(([^)]*)\))?(.*)", stripped)
+            kind = re.match(r"#\s*(\w+)", stripped)
+            kind = kind.group(1) if kind else ""
+            if define:
+                name = define.group(1)
+                # `#ifndef NAME` / `#define NAME`: where the branch is left out, NAME is a macro all the same
+                guarded = bool(context) and context[-1][1] == 0 and guards[-1] == name
+                self.macros.append(_Macro(name, frozenset(re.findall(r"\w+", define.group(3) or "")), here,
+                                          tuple(context[:-1] if guarded else context)))
+                bodies.append(define.group(4))
+            elif kind == "undef":
+                name = stripped.split()[-1] if len(stripped.split()) > 1 else ""
+                for macro in self.macros:
+                    if macro.name == name and macro.until is None:
+                        macro.until = here
+            elif kind in ("if", "ifdef", "ifndef"):
+                groups += 1
+                context.append((groups, 0))
+                opened.append(here)
+                guard = re.match(r"#\s*(?:ifndef\s+(\w+)|if\s*!\s*defined\s*\(?\s*(\w+)\s*\)?)\s*$", stripped)
+                guards.append((guard.group(1) or guard.group(2)) if guard else "")
+            elif kind in ("elif", "else", "endif"):
+                if not context:
+                    self.conditionals_unbalanced = True
+                    continue
+                self.branches.append((opened.pop(), here))
+                group, branch = context.pop()
+                if kind == "endif":
+                    guards.pop()
+                if kind != "endif":
+                    context.append((group, branch + 1))
+                    opened.append(here)
+        self.conditionals_unbalanced |= bool(context)
+        self.code_end = len(self.tokens)
+        self.contexts = contexts
+        for macro, body in zip(self.macros, bodies):
+            self.tokens.append(";")
+            macro.start = len(self.tokens)
+            self.tokens += [m.group(0) for m in _TOKEN.finditer(body) if not m.group("num")]
+            macro.end = len(self.tokens)
+        self.regions = [(0, self.code_end)] + [(m.start, m.end) for m in self.macros]
+        self.close, self.brace_of, self.paren_of = self._brackets()
+        self.opening = {close: opening for opening, close in self.close.items()}
+        self.templates = self._template_heads()
+        self.types: set[str] = set()
+        self.variables: set[str] = set()
+        found = self._declarations()  # once to learn the variables' names, then again with them known
+        self.variables = {name for name, _, kind in found if kind == "variable"} - self.types
+        self.declared: dict[str, list[tuple[int, int, int]]] = {}  # name -> (start, end, declared at)
+        self.beside_libc: set[str] = {m.name for m in self.macros}  # names that can stand beside libc's
+        for name, at, kind in self._declarations():
+            start, end = self._scope(at, kind)
+            self.declared.setdefault(name, []).append((start, end, at))
+            if kind in ("function", "type") or (start, end) == self._region(at):
+                self.beside_libc.add(name)
         self.aliases = self._aliases()
 
     def _aliases(self) -> dict[str, str]:
@@ -212,13 +332,159 @@ class _Source:
             aliases = {name: aliases.get(root, root) for name, root in aliases.items()}
         return aliases
 
-    def _own_names(self) -> set[str]:
-        own: set[str] = set()
-        for directive in self.directives:
-            found = re.match(r"#\s*define\s+(\w+)(?:\(([^)]*)\))?", directive)
-            if found:
-                own.add(found.group(1))
-                own.update(re.findall(r"\w+", found.group(2) or ""))
+    def _region(self, i: int) -> tuple[int, int]:
+        return next(((a, b) for a, b in self.regions if a <= i < b), (i, i + 1))
+
+    def _brackets(self) -> tuple[dict[int, int], list[int], list[int]]:
+        """Each opening bracket's closing one (its region's end when it never closes), and for each token
+        the `{` and the `(` it is innermost in (-1: none), within its own region."""
+        close: dict[int, int] = {}
+        brace_of = [-1] * len(self.tokens)
+        paren_of = [-1] * len(self.tokens)
+        pairs = {"}": "{", ")": "(", "]": "["}
+        for start, end in self.regions:
+            stack: list[int] = []
+            for i in range(start, end):
+                braces = [k for k in stack if self.tokens[k] == "{"]
+                parens = [k for k in stack if self.tokens[k] == "("]
+                brace_of[i] = braces[-1] if braces else -1
+                paren_of[i] = parens[-1] if parens else -1
+                token = self.tokens[i]
+                if token in ("{", "(", "["):
+                    stack.append(i)
+                elif token in pairs:
+                    while stack and self.tokens[stack[-1]] != pairs[token]:
+                        close[stack.pop()] = i  # a bracket left open inside this one
+                    if stack:
+                        close[stack.pop()] = i
+            for k in stack:
+                close[k] = end
+        return close, brace_of, paren_of
+
+    def unbalanced(self) -> str | None:
+        """Where brackets do not pair up as the compiler will see them: a macro's body, an #if branch
+        (one that is left out would move the code after it into another block than the scan sees)."""
+        if self.conditionals_unbalanced:
+            return "an #if without its #endif (or the reverse)"
+        for macro in self.macros:
+            if not _balanced(self.tokens[macro.start:macro.end]):
+                return f"the macro `{macro.name}` opens or closes a bracket it does not close or open"
+        for start, end in self.branches + [(0, self.code_end)]:
+            if not _balanced(self.tokens[start:end]):
+                return "an #if branch (or the code) opens or closes a bracket it does not close or open"
+        return None
+
+    def _template_heads(self) -> list[tuple[int, int, int]]:
+        """(`template`, its closing `>`, the end of the declaration it heads) for each template."""
+        heads = []
+        for i, token in enumerate(self.tokens):
+            if token != "template" or i + 1 >= len(self.tokens) or self.tokens[i + 1] != "<":
+                continue
+            depth, j = 0, i + 1
+            while j < len(self.tokens):
+                depth += {"<": 1, ">": -1}.get(self.tokens[j], 0)
+                if depth == 0 or self.tokens[j] in (";", "{", "}"):
+                    break
+                j += 1
+            heads.append((i, j, self._declaration_end(j + 1)))
+        return heads
+
+    def _declaration_end(self, j: int) -> int:
+        """The end of the declaration starting at j: its first `;` outside brackets, or the `}` closing its
+        first `{` outside parentheses (a function's or a class's body)."""
+        end = self._region(j)[1] if j < len(self.tokens) else len(self.tokens)
+        while j < end:
+            token = self.tokens[j]
+            if token in ("(", "["):
+                j = self.close.get(j, end) + 1
+                continue
+            if token == "{":
+                return self.close.get(j, end)
+            if token in (";", "}"):
+                return j
+            j += 1
+        return end
+
+    def _block(self, i: int) -> int:
+        """The innermost `{` around i that is a scope: a namespace's or an extern "C" block is not."""
+        k = self.brace_of[i]
+        while k >= 0 and self._transparent(k):
+            k = self.brace_of[k]
+        return k
+
+    def _transparent(self, k: int) -> bool:
+        before = self.tokens[max(0, k - 3):k]
+        return bool(before) and (before[-1] == "namespace" or (len(before) > 1 and before[-2] == "namespace")
+                                 or before == ["extern", '"', '"'])
+
+    def _class_block(self, k: int) -> bool:
+        """Whether the `{` at k opens a struct's, class's or union's body (`struct __align__(16) V {`), not a
+        function's (`struct S make() {`): its members are in scope in all of it."""
+        j = k - 1
+        while j >= 0 and self.tokens[j] not in (";", "{", "}", "="):
+            if self.tokens[j] == ")":
+                j = self.opening.get(j, 0) - 1
+                if j < 0 or self.tokens[j] not in ("__align__", "alignas", "__attribute__", "__declspec"):
+                    return False
+            elif self.tokens[j] in ("struct", "class", "union"):
+                return True
+            j -= 1
+        return False
+
+    def _scope(self, at: int, kind: str) -> tuple[int, int]:
+        """The token range where the name declared at `at` is in scope."""
+        for head, closing, end in self.templates:
+            if head < at <= closing:
+                return head, end
+        region = self._region(at)
+        block = self._block(at)
+        paren = self.paren_of[at]
+        if kind == "variable" and paren >= 0 and paren > self.brace_of[at]:
+            return paren, self._paren_scope_end(paren)
+        if kind == "module":  # PYBIND11_MODULE(name, m) { ... }
+            body = self._after_parens(at)
+            return at, (self.close.get(body, region[1]) if body is not None else at)
+        if block < 0:
+            return region
+        whole = kind in ("type", "function") or self._class_block(block)
+        return (block if whole else at), self.close.get(block, region[1])
+
+    def _after_parens(self, at: int) -> int | None:
+        paren = self.paren_of[at]
+        j = self.close.get(paren, len(self.tokens)) + 1 if paren >= 0 else at
+        return j if j < len(self.tokens) and self.tokens[j] == "{" else None
+
+    def _paren_scope_end(self, paren: int) -> int:
+        """A name declared in parentheses: a function's or lambda's parameter lives to its body's end (to the
+        `)` where there is no body: a prototype, a function pointer); a for/if/while/switch/catch's to its
+        statement's end."""
+        tokens, end = self.tokens, self._region(paren)[1]
+        closing = self.close.get(paren, end)
+        j = closing + 1
+        if paren > 0 and tokens[paren - 1] in ("for", "if", "while", "switch", "catch"):
+            if j < end and tokens[j] == "{":
+                return self.close.get(j, end)
+            return self._declaration_end(j)
+        while j < end and tokens[j] in ("const", "noexcept", "override", "final", "mutable", "volatile", "&", "&&",
+                                        "__device__", "__host__", "__forceinline__", "__attribute__", "throw"):
+            j = self.close.get(j + 1, end) + 1 if j + 1 < end and tokens[j + 1] == "(" else j + 1
+        if j < end and tokens[j] in ("->", ":"):  # a trailing return type; a constructor's member initialisers
+            initialisers = tokens[j] == ":"
+            j += 1
+            while j < end and tokens[j] != ";":
+                if tokens[j] == "{" and not (initialisers and _NAME.fullmatch(tokens[j - 1])):
+                    return self.close.get(j, end)  # the body (in the initialisers, `m{x}` is one of them)
+                j = self.close.get(j, end) + 1 if tokens[j] in ("(", "[", "{") else j + 1
+            return closing
+        if j < end and tokens[j] == "{":
+            return self.close.get(j, end)
+        return closing
+
+    def _declarations(self) -> list[tuple[str, int, str]]:
+        """(name, token index, kind) for each name the source declares: a type (struct, class, union, enum
+        and its values, typedef, using, namespace, template parameter), a function with a body, a variable
+        or parameter, PYBIND11_MODULE's module."""
+        found: list[tuple[str, int, str]] = []
         tokens = self.tokens
         for i, token in enumerate(tokens):  # types first: `Own obj(x)` is then a variable made by its constructor
             after = tokens[i + 1] if i + 1 < len(tokens) else ""
@@ -226,38 +492,61 @@ class _Source:
                 j = i + 1
                 while j + 1 < len(tokens) and tokens[j] in ("class", "__align__", "alignas", "__attribute__"):
                     j = _matching(tokens, j + 1, "(", ")") + 1 if tokens[j + 1] == "(" else j + 1
-                own.add(tokens[j] if j < len(tokens) else after)
+                j = j if j < len(tokens) else i + 1
+                found.append((tokens[j], j, "type"))
                 if token == "enum":
-                    own.update(self._enum_values(i))
+                    found += [(name, i, "type") for name in self._enum_values(i)]
             elif token == "}" and _NAME.fullmatch(after) and i + 2 < len(tokens) and tokens[i + 2] in (";", ",", "[", "="):
-                own.add(after)  # struct { ... } name;
+                found.append((after, i + 1, "variable"))  # struct { ... } name;
             elif token == "auto" and after == "[":  # auto [a, b] = pair;
-                own.update(name for name in tokens[i + 2:_matching(tokens, i + 1, "[", "]")] if _NAME.fullmatch(name))
+                found += [(tokens[k], k, "variable") for k in range(i + 2, _matching(tokens, i + 1, "[", "]"))
+                          if _NAME.fullmatch(tokens[k])]
             elif token == "using" and i + 2 < len(tokens) and tokens[i + 2] == "=":
-                own.add(after)
+                found.append((after, i + 1, "type"))
             elif token == "typedef":
                 end = next((j for j in range(i, len(tokens)) if tokens[j] == ";"), len(tokens))
-                own.add(tokens[end - 1])
+                found.append((tokens[end - 1], end - 1, "type"))
             elif token == "PYBIND11_MODULE" and i + 4 < len(tokens):
-                own.add(tokens[i + 4])  # PYBIND11_MODULE(name, m): m
-        self.types = set(own)
+                found.append((tokens[i + 4], i + 4, "module"))  # PYBIND11_MODULE(name, m): m
+        self.types = {name for name, _, kind in found if kind == "type"}
         for i in range(len(tokens) - 1):
             name = tokens[i + 1]
             if not _NAME.fullmatch(name) or name in KEYWORDS or not self._declares(i):
                 continue
             following = tokens[i + 2] if i + 2 < len(tokens) else ";"
             if following == "(":
-                if self._has_body(i + 2) or self._constructed(i):
-                    own.add(name)
-                    own.update(self._more_declarators(i + 2) if not self._has_body(i + 2) else ())
+                if self._has_body(i + 2):
+                    found.append((name, i + 1, "function"))
+                elif self._constructed(i):
+                    found.append((name, i + 1, "variable"))
+                    found += [(other, k, "variable") for other, k in self._more_declarators(i + 2)]
             elif following in _DECLARED_AFTER:
-                own.add(name)
-                own.update(self._more_declarators(i + 2))
-        return own
+                found.append((name, i + 1, "variable"))
+                found += [(other, k, "variable") for other, k in self._more_declarators(i + 2)]
+        return found
 
-    def _more_declarators(self, start: int) -> set[str]:
+    def in_scope(self, name: str, i: int) -> bool:
+        """Whether `name` at token i is one the source declared there (a macro's name is judged in the code,
+        where it is expanded)."""
+        for start, end, at in self.declared.get(name, ()):
+            if start <= i <= end and self._same_branch(at, i):
+                return True
+        return i < self.code_end and any(
+            m.name == name and m.at <= i < (m.until if m.until is not None else self.code_end)
+            and self.contexts[i][:len(m.context)] == m.context for m in self.macros)
+
+    def _same_branch(self, declared: int, i: int) -> bool:
+        """A declaration under an #if branch counts only in that branch (it may be left out)."""
+        if declared >= self.code_end or i >= self.code_end:
+            return True  # within one macro's body; code's #if branches end where a body starts
+        outer = self.contexts[declared] if declared < len(self.contexts) else ()
+        inner = self.contexts[i] if i < len(self.contexts) else ()
+        return inner[:len(outer)] == outer
+
+    def _more_declarators(self, start: int) -> list[tuple[str, int]]:
         """The other names of one declaration: `b` and `c` in `float a = 0, b, *c;` or `dim3 g(n), b(32)`."""
-        names, depth, tokens = set(), 0, self.tokens
+        names: list[tuple[str, int]] = []
+        depth, tokens = 0, self.tokens
         for j in range(start, len(tokens)):
             token = tokens[j]
             if token in ("(", "[", "{"):
@@ -273,18 +562,17 @@ class _Source:
                 while k < len(tokens) and tokens[k] in ("*", "&", "&&"):
                     k += 1
                 if k + 1 < len(tokens) and _NAME.fullmatch(tokens[k]) and tokens[k + 1] in ("(", "=", ";", ",", "[", "{"):
-                    names.add(tokens[k])
+                    names.append((tokens[k], k))
         return names
 
     def _declares(self, i: int) -> bool:
         """Whether tokens[i] can end a type that the next name is declared with: a type name or keyword,
-        a `*`, `&` or `>` after one, or a `__restrict__`-like qualifier."""
+        a `*`, `&` or `>` after one, or a `__restrict__`-like qualifier. Not an operator word (`not x;`,
+        `a and x`), a `>` that closes no template (`p > x`), nor a macro of its own whose body is no type
+        (`#define AMP &`): each would pass off a use of libc's `x` as a declaration of the source's own."""
         token = self.tokens[i]
-        if token in ("return", "case", "goto", "throw", "new", "delete", "else", "do", "sizeof", "using",
-                     "namespace", "typedef", "operator"):
-            return False
-        if re.fullmatch(r"[A-Za-z_]\w*", token):
-            return True
+        if _NAME.fullmatch(token):
+            return self._type_word(token)
         if token == ")":  # __global__ void __launch_bounds__(256) kernel(...)
             depth, j = 0, i
             while j > 0:
@@ -297,8 +585,31 @@ class _Source:
             j = i
             while j > 0 and self.tokens[j] in ("*", "&", "&&", "const"):
                 j -= 1
-            return j != i and (re.fullmatch(r"[A-Za-z_]\w*", self.tokens[j]) is not None or self.tokens[j] == ">") \
-                or token == ">"
+            if j == i:
+                return token == ">" and self._closes_template(i)
+            # `o & x`, `a && x`, `v * x` with a variable of its own before are expressions, not declarations
+            return (_NAME.fullmatch(self.tokens[j]) is not None and self._type_word(self.tokens[j])
+                    and self.tokens[j] not in self.variables) \
+                or (self.tokens[j] == ">" and self._closes_template(j))
+        return False
+
+    def _type_word(self, token: str) -> bool:
+        if token in _NOT_TYPES:
+            return False
+        bodies = [self.tokens[m.start:m.end] for m in self.macros if m.name == token]
+        return all(body and _NAME.fullmatch(body[0]) and all(
+            _NAME.fullmatch(t) and t not in _NOT_TYPES or t in ("::", "<", ">", "*", "&", ",") for t in body)
+            for body in bodies)
+
+    def _closes_template(self, i: int) -> bool:
+        depth, j = 0, i
+        while j > 0:
+            depth += {">": 1, "<": -1}.get(self.tokens[j], 0)
+            if depth == 0:
+                return _NAME.fullmatch(self.tokens[j - 1]) is not None
+            if self.tokens[j] in (";", "{", "}", "(", ")"):
+                return False
+            j -= 1
         return False
 
     def _has_body(self, open_paren: int) -> bool:
@@ -357,13 +668,20 @@ def first_unknown(text: str) -> str | None:
         if not include and not re.match(r"#\s*(?:define|undef|if|ifdef|ifndef|elif|else|endif|pragma|error)\b",
                                         directive):
             return f"the directive `{directive[:40]}` is not one kernels need"
-    own_libc = sorted(source.own & LIBC_NAMES)
+    why = source.unbalanced()
+    if why:
+        return why
+    own_libc = sorted(source.beside_libc & LIBC_NAMES)
     if own_libc:
         return f"`{own_libc[0]}` is declared here under a C library function's name"
     tokens = source.tokens
+    body_of = {i: macro for macro in source.macros for i in range(macro.start, macro.end)}
+    free: dict[int, set[str]] = {id(macro): set() for macro in source.macros}  # left to where it is expanded
     for i, token in enumerate(tokens):
         if not _NAME.fullmatch(token):
             continue
+        if PY_API.fullmatch(token):  # even as a name of its own: an own `PyRun_String` is a call away from Python's
+            return f"`{token}` is the Python C API"
         before = tokens[i - 1] if i else ""
         if before in (".", "->"):
             if token in DENIED_MEMBER_CALLS:
@@ -383,10 +701,44 @@ def first_unknown(text: str) -> str | None:
                        "TorchScript or operator registration)"
             continue
         after = tokens[i + 1] if i + 1 < len(tokens) else ""
-        if after == "::" and token not in ALLOWED_ROOTS and token not in source.own:
+        if token in ALLOWED_ROOTS or (after != "::" and _allowed(token)) or source.in_scope(token, i):
+            continue
+        macro = body_of.get(i)
+        if macro is not None:
+            if token not in macro.params:
+                free[id(macro)].add(token)  # a macro's body means what it means where it is expanded
+            continue
+        if after == "::":
             return f"`{token}::` is not a namespace kernels need"
-        if after != "::" and token not in source.own and token not in ALLOWED_ROOTS and not _allowed(token):
-            return f"`{token}` is not something a kernel or its host wrapper needs"
+        return f"`{token}` is not something a kernel or its host wrapper needs"
+    return _unknown_where_expanded(source, free)
+
+
+def _unknown_where_expanded(source: _Source, direct: dict[int, set[str]]) -> str | None:
+    """A macro's names that its body does not declare must be in scope wherever it is expanded (its parameters
+    are replaced there; a macro expanded in another's body leaves them to where that one is expanded)."""
+    by_name: dict[str, list[_Macro]] = {}
+    for macro in source.macros:
+        by_name.setdefault(macro.name, []).append(macro)
+    memo: dict[int, set[str]] = {}
+
+    def free(macro: _Macro, seen: frozenset[int]) -> set[str]:
+        if id(macro) in memo:
+            return memo[id(macro)]
+        names = set(direct[id(macro)])
+        for i in range(macro.start, macro.end):
+            for inner in by_name.get(source.tokens[i], ()):
+                if id(inner) not in seen:  # a macro is not expanded inside itself
+                    names |= {name for name in free(inner, seen | {id(inner)}) if not source.in_scope(name, i)}
+        memo[id(macro)] = names
+        return names
+
+    for i in range(source.code_end):
+        for macro in by_name.get(source.tokens[i], ()):
+            for name in sorted(free(macro, frozenset({id(macro)}))):
+                if not source.in_scope(name, i):
+                    return f"`{name}` (in the macro `{macro.name}`) is not something a kernel or its host " \
+                           "wrapper needs"
     return None
 
 
