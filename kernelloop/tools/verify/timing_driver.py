@@ -158,9 +158,9 @@ def drive_timing(session: JobSession, server: ReferenceServer, cuda_index: int |
     already has). `laps`: the verification's Stopwatch to mark "baselines", "timing" and "profile"
     on; `timed` gets the baselines timed ("timed") and their compile times. `checks`: fresh timing
     (the verifier's default): fresh values for every timed call and checks of calls picked at
-    random; None (`fresh_timing=False`) times as before them. `rehearse` (fresh timing only): the CPU, for tests: the
-    same conversation on host clocks, no profile and no speed. `parts` (fresh timing) gets where the
-    timing's wall time went, seconds by TIMING_PARTS, added to what it holds."""
+    random; None (`fresh_timing=False`) times as before them. `rehearse` (fresh timing only): the
+    CPU, for tests: the same conversation on host clocks, no profile and no speed. `parts` (fresh
+    timing) gets where the timing's wall time went, seconds by TIMING_PARTS, added to what it holds."""
     if checks is None:
         if rehearse:
             raise ValueError("a timing rehearsal runs fresh timing: it needs checks")
@@ -236,8 +236,8 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
     """Timing with fresh values and checks of timed calls."""
     spent = _Spent(parts)
     keep_calls = capacity(checks.nbytes)
-    # Both set up at once: the child's (its buffers and warm-up; the digest kernel was compiled by its standby) while
-    # the trusted job builds and warms the baselines.
+    # Both set up at once: the child's (its buffers and warm-up; its standby compiled the digest
+    # kernel) while the trusted job builds and warms the baselines.
     asked = session.send({"time": {"fresh": True, "keep_calls": keep_calls}})
     baseline_setup = server.ask("timing", {"skip": list(skip or []), "fresh": True, "keep_calls": keep_calls})
     if timed is not None:
