@@ -159,19 +159,30 @@ accept recv sendto recvfrom unlink unlinkat rmdir mkdir mkdirat chmod fchmod cho
 symlink readlink readlinkat fstat lstat truncate ftruncate fallocate posix_fallocate mkstemp mkstemps
 mkdtemp tmpfile fopen fdopen freopen fread fwrite fclose fflush getenv setenv putenv unsetenv dlopen dlsym
 syscall ptrace prctl sleep usleep nanosleep setuid setgid chdir chroot getpid getppid waitpid
-fopen64 freopen64 open64 openat64 openat2 creat64 tmpfile64 lseek64 llseek pread64 pwrite64 preadv pwritev preadv2 pwritev2 mmap64 mremap truncate64 ftruncate64 fstat64 lstat64 stat stat64 fstatat fstatat64 newfstatat statx statfs fstatfs fallocate64 posix_fallocate64 mkstemp64 mkostemp mkostemp64 mkostemps mkstemps64 mktemp tmpnam tmpnam_r tempnam
-fgets fputs fgetc fputc getc putc getc_unlocked putc_unlocked fgetc_unlocked fputc_unlocked fgets_unlocked fputs_unlocked fread_unlocked fwrite_unlocked getchar putchar gets getline getdelim fscanf vfscanf scanf vscanf fwscanf fgetws fputws fprintf_unlocked vfprintf vdprintf dprintf setvbuf setbuf setbuffer setlinebuf fseek fseeko fseeko64 ftell ftello ftello64 rewind fgetpos fsetpos fgetpos64 fsetpos64 fileno fmemopen open_memstream remove
-renameat renameat2 link linkat symlinkat access faccessat faccessat2 euidaccess eaccess opendir fdopendir readdir readdir64 readdir_r scandir scandir64 closedir rewinddir seekdir telldir getcwd getwd get_current_dir_name fchdir realpath canonicalize_file_name nftw ftw glob
+fopen64 freopen64 open64 openat64 openat2 creat64 tmpfile64 lseek64 llseek pread64 pwrite64 preadv pwritev preadv2
+pwritev2 mmap64 mremap truncate64 ftruncate64 fstat64 lstat64 stat stat64 fstatat fstatat64 newfstatat statx statfs
+fstatfs fallocate64 posix_fallocate64 mkstemp64 mkostemp mkostemp64 mkostemps mkstemps64 mktemp tmpnam tmpnam_r
+tempnam
+fgets fputs fgetc fputc getc putc getc_unlocked putc_unlocked fgetc_unlocked fputc_unlocked fgets_unlocked
+fputs_unlocked fread_unlocked fwrite_unlocked getchar putchar gets getline getdelim fscanf vfscanf scanf vscanf
+fwscanf fgetws fputws fprintf_unlocked vfprintf vdprintf dprintf setvbuf setbuf setbuffer setlinebuf fseek fseeko
+fseeko64 ftell ftello ftello64 rewind fgetpos fsetpos fgetpos64 fsetpos64 fileno fmemopen open_memstream remove
+renameat renameat2 link linkat symlinkat access faccessat faccessat2 euidaccess eaccess opendir fdopendir readdir
+readdir64 readdir_r scandir scandir64 closedir rewinddir seekdir telldir getcwd getwd get_current_dir_name fchdir
+realpath canonicalize_file_name nftw ftw glob
 execl execle execlp execvpe fexecve execveat posix_spawn posix_spawnp wait wait3 wait4 waitid daemon setsid setpgid
 signal raise sigqueue tgkill tkill killpg alarm
 socketpair bind listen accept4 send recvmsg sendmsg sendmmsg recvmmsg getaddrinfo gethostbyname shutdown setsockopt
 secure_getenv clearenv environ __environ
 dlmopen dlvsym dlclose dlerror dladdr dlinfo
 process_vm_readv process_vm_writev memfd_create shm_open shm_unlink madvise
-sendfile sendfile64 splice tee vmsplice copy_file_range select pselect poll ppoll epoll_create epoll_create1 epoll_ctl epoll_wait inotify_init inotify_init1 inotify_add_watch eventfd timerfd_create signalfd
+sendfile sendfile64 splice tee vmsplice copy_file_range select pselect poll ppoll epoll_create epoll_create1
+epoll_ctl epoll_wait inotify_init inotify_init1 inotify_add_watch eventfd timerfd_create signalfd
 pthread_create pthread_kill pthread_detach pthread_atfork thrd_create clone3
-setrlimit prlimit sched_setaffinity seccomp mount umount umount2 pivot_root mkfifo mkfifoat mknod mknodat utime utimes futimes utimensat futimens flock lockf fsync fdatasync sync syncfs
-atexit on_exit at_quick_exit quick_exit getpwnam getpwuid fchown lchown fchownat fchmodat setreuid setresuid seteuid setegid setregid setresgid
+setrlimit prlimit sched_setaffinity seccomp mount umount umount2 pivot_root mkfifo mkfifoat mknod mknodat utime
+utimes futimes utimensat futimens flock lockf fsync fdatasync sync syncfs
+atexit on_exit at_quick_exit quick_exit getpwnam getpwuid fchown lchown fchownat fchmodat setreuid setresuid
+seteuid setegid setregid setresgid
 """.split())
 # The Python C API (torch/extension.h includes Python.h): refused even where the source declares the name.
 PY_API = re.compile(r"_?Py[A-Z_]\w*")
@@ -258,8 +269,8 @@ class _Source:
             self.directives.append(stripped)
             here = len(self.tokens)
             define = re.match(r"#\s*define\s+(\w+)(\(([^)]*)\))?(.*)", stripped)
-            kind = re.match(r"#\s*(\w+)", stripped)
-            kind = kind.group(1) if kind else ""
+            keyword = re.match(r"#\s*(\w+)", stripped)
+            kind = keyword.group(1) if keyword else ""
             if define:
                 name = define.group(1)
                 # `#ifndef NAME` / `#define NAME`: where the branch is left out, NAME is a macro all the same
@@ -303,14 +314,14 @@ class _Source:
         self.templates = self._template_heads()
         self.types: set[str] = set()
         self.variables: set[str] = set()
-        found = self._declarations()  # once to learn the variables' names, then again with them known
-        self.variables = {name for name, _, kind in found if kind == "variable"} - self.types
+        first = self._declarations()  # once to learn the variables' names, then again with them known
+        self.variables = {name for name, _, what in first if what == "variable"} - self.types
         self.declared: dict[str, list[tuple[int, int, int]]] = {}  # name -> (start, end, declared at)
         self.beside_libc: set[str] = {m.name for m in self.macros}  # names that can stand beside libc's
-        for name, at, kind in self._declarations():
-            start, end = self._scope(at, kind)
+        for name, at, what in self._declarations():
+            start, end = self._scope(at, what)
             self.declared.setdefault(name, []).append((start, end, at))
-            if kind in ("function", "type") or (start, end) == self._region(at):
+            if what in ("function", "type") or (start, end) == self._region(at):
                 self.beside_libc.add(name)
         self.aliases = self._aliases()
 

@@ -521,12 +521,12 @@ def _windows(session: JobSession, server: ReferenceServer, names: list[str], cal
 def _child_window(session: JobSession, backs: Windows, calls: int, seed: int | None, replayed: bool) -> dict | None:
     """One back-to-back window of the candidate's, its times put in `backs`: one request (`seed`: its
     fresh values'), or a replayed window's three steps; its last answer, None where the child broke off."""
+    answer: dict | None = None
     if not replayed:
         answer, wall_ms = _ask(session, "back", {"calls": calls, **({"seed": seed} if seed is not None else {})}, timed=True)
         backs.walls[CANDIDATE].append(wall_ms)
         return answer
     times = {}
-    answer: dict | None = None
     for stage in STAGES:
         answer, times[stage] = _ask(session, "back", {"stage": stage, "calls": calls, "seed": seed}, timed=True)
         if answer is None:
