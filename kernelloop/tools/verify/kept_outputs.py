@@ -222,12 +222,12 @@ class Kept:
         self.count += 1
 
     def keep_all(self, held: list[list], shared_ok: bool = False) -> bool:
-        """After a back-to-back window: every call's outputs (`held`, one forward's flattened outputs
-        per call, as returned) copied into the slots at once, a few launches per output, none between
-        the calls. False (nothing kept) where two calls' outputs share memory: a forward that returns
-        the same buffer each call left only its last output there, so its calls must be kept one by
-        one (`keep`). `shared_ok`: the trusted job's overhead window, whose calls all "return" the
-        reference's one output: the same work, and kept all the same."""
+        """After a replayed window's calls (its "keep" step): every call's outputs (`held`, one
+        forward's flattened outputs per call) copied into the slots at once, a few launches per
+        output. False (nothing kept) where two calls' outputs share memory (a capture refuses such a
+        forward: only its last output would be there). `shared_ok`: the trusted job's overhead window,
+        whose calls all "return" the reference's one output: the same work, and kept all the same.
+        A plain window keeps each call's outputs as the call ends (`keep`)."""
         calls = [_plain([out for out in outputs if isinstance(out, torch.Tensor)]) for outputs in held]
         if len(calls) > self.calls:
             raise ValueError(f"more than {self.calls} timed calls in one request")
