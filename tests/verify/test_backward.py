@@ -205,3 +205,27 @@ def test_a_backward_problem_still_verifies_and_times_its_forward(rehearsal):
     assert listed and all("upstream.sets" in line and "inputs.sets" in line for line in listed)
     assert not any(word in line for line in listed for word in ("outputs", "grads-", "reference"))
     assert os.path.basename(str(SILU)) not in "".join(listed)
+
+
+SILU_WORKLOADS = SILU.read_text() + '''
+
+def get_inputs_wide():
+    return [torch.randn(5, 3000)]
+
+
+def get_workloads():
+    return {"narrow": get_inputs, "wide": get_inputs_wide}
+'''
+# right on the narrow workload's 129 columns, wrong past its first 2048 elements of a row's block: a
+# backward whose grid covers one block of 2048 elements per row (only the wide workload has more)
+ONE_BLOCK_BACKWARD = HONEST_SILU.read_text().replace(
+    "silu_backward_kernel[(triton.cdiv(n, 1024),)](x, grad, dx, n, BLOCK=1024)",
+    "dx.zero_()\n        silu_backward_kernel[(min(triton.cdiv(n, 1024), 5),)](x, grad, dx, n, BLOCK=1024)")
+
+
+def test_a_gradient_wrong_on_one_workload_names_it(verifier):
+    verdict = verifier.verify(Candidate.from_source(ONE_BLOCK_BACKWARD), Problem.from_source(SILU_WORKLOADS))
+    assert verdict.status is Status.incorrect and verdict.code is Code.wrong_gradient, verdict.reason
+    assert verdict.reason.startswith("wrong on workload 'wide': backward: ") and "gradient of input 0" in verdict.reason
+    assert verdict.workloads["narrow"].status is Status.correct
+    assert verdict.workloads["wide"].status is Status.incorrect and "gradient of input 0" in verdict.workloads["wide"].reason
