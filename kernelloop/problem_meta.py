@@ -24,7 +24,7 @@ from kernelloop import source_ast
 from kernelloop.errors import ProblemError
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES", "get_workloads")
+OPTIONAL = ("get_baselines", "TOLERANCE", "get_input_variants", "INPUT_SCALES", "get_workloads", "BACKWARD")
 DEFAULT_WORKLOAD = "default"  # get_inputs()'s name, unless get_workloads names it (maps a name to get_inputs)
 MAX_WORKLOADS = 16  # each is judged and timed in every verification: a bound on what one problem costs
 _WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -80,6 +80,8 @@ def check_module(module: ModuleType, where: str) -> None:
             raise ProblemError(f"{where}: {fn}() must take no arguments")
     checked_tolerance(getattr(module, "TOLERANCE", None), where)
     workloads(module, where)
+    if not isinstance(getattr(module, "BACKWARD", False), bool):
+        raise ProblemError(f"{where}: BACKWARD must be True or False")
     scales = getattr(module, "INPUT_SCALES", ())
     if not (isinstance(scales, (tuple, list)) and all(isinstance(x, (int, float)) and x > 0 for x in scales)):
         raise ProblemError(f"{where}: INPUT_SCALES must be a tuple of positive numbers like (1e-3, 1e3)")
@@ -182,4 +184,42 @@ def metadata(module: ModuleType, where: str) -> dict[str, Any]:
                             "extras": [name for name in OPTIONAL if hasattr(module, name)]}
     if hasattr(module, "get_workloads"):  # KernelBench problems send nothing new
         meta["workloads"] = [name for name, _ in workloads(module, where)]
+    if judges_backward(module):
+        meta["backward"] = True
     return meta
+
+
+def judges_backward(module: ModuleType) -> bool:
+    """BACKWARD = True: the backward pass is judged too (the gradients of the floating inputs and
+    of the parameters, for an upstream gradient drawn from the verification's secret seed)."""
+    return getattr(module, "BACKWARD", False) is True
+
+
+def source_backward(source: str) -> bool:
+    """Whether a problem that is only parsed here sets BACKWARD = True at its top level: for the
+    prompts only; its trusted job says whether the backward is judged."""
+    try:
+        tree = source_ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant) \
+                and node.value.value is True:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "BACKWARD" for t in targets):
+                return True
+    return False
+
+
+MAX_GRADIENTS = 4096  # floating inputs and parameters: names a JSON line carries
+_GRADIENT_NAME = re.compile(r"^(input [0-9]{1,4}|[A-Za-z0-9_.]{1,200})$")
+
+
+def checked_gradient_names(raw: object, where: str) -> list[str]:
+    """The gradients' names the trusted job sent ("input 0", a parameter's name), checked again here."""
+    if raw is None:
+        return []
+    if not (isinstance(raw, list) and len(raw) <= MAX_GRADIENTS
+            and all(isinstance(n, str) and _GRADIENT_NAME.match(n) for n in raw) and len(set(raw)) == len(raw)):
+        raise ProblemError(f"{where}: the trusted job sent malformed gradient names")
+    return list(raw)

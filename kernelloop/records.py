@@ -126,6 +126,8 @@ class Code(str, Enum):
     stale_on_fresh_inputs = "stale_on_fresh_inputs"  # right on the trials, wrong on fresh values after timing
     wrong_on_extra_sets = "wrong_on_extra_sets"  # under the reference's roofline and wrong on the extra sets
     wrong_on_timed_call = "wrong_on_timed_call"  # a timed call picked at random is wrong on its fresh values
+    wrong_gradient = "wrong_gradient"  # BACKWARD problems: a gradient of an input or parameter is wrong
+    no_gradient = "no_gradient"  # BACKWARD problems: no gradient where the reference has one (autograd broken)
     # rejected
     forbidden_import = "forbidden_import"
     forbidden_call = "forbidden_call"
@@ -156,7 +158,7 @@ _CODES_BY_STATUS = {
                            "output_flood"),
     Status.timeout: ("timed_out",),
     Status.incorrect: ("wrong_type", "nonfinite", "mismatch", "off_on_most", "biased", "stale_on_fresh_inputs",
-                       "wrong_on_extra_sets", "wrong_on_timed_call"),
+                       "wrong_on_extra_sets", "wrong_on_timed_call", "wrong_gradient", "no_gradient"),
 }
 # Every code belongs to one status; `unknown` to none (it goes with any).
 STATUS_OF: dict[Code, Status] = {Code(name): status for status, names in _CODES_BY_STATUS.items() for name in names}
@@ -278,7 +280,8 @@ class Localisation(Record):
     """Where a wrong output is wrong, computed by the parent from the outputs (tools/verify/localise.py).
     Rows are the output viewed as (everything but the last dimension, the last dimension)."""
 
-    output: int = 0  # which output of the forward
+    output: int = 0  # which output of the forward (of the gradients, where `gradient` names one)
+    gradient: str = ""  # BACKWARD problems: the wrong gradient ("input 0", "fc.weight"); "" for a forward output
     trial: int = 0  # the first input set it failed on, 1-based
     shape: list[int] = field(default_factory=list)
     numel: int = 0

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from kernelloop.agents.calls import ask
 from kernelloop.agents.extract import extract_candidate
-from kernelloop.agents.planner import BACKEND_RULES, workloads_line
+from kernelloop.agents.planner import BACKEND_RULES, backward_line, workloads_line
 from kernelloop.agents.prompts import render
 from kernelloop.agents.records import Attempt  # noqa: F401  (re-exported)
 from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, messages_sha256, turn_key
@@ -89,7 +89,7 @@ def coder_messages(brief: CoderBrief) -> list[Message]:
                   backend_rule=BACKEND_RULES[brief.backend], plan=brief.plan, hints=brief.hints,
                   best=brief.best, previous=brief.previous, others=brief.others, critique=critique,
                   previous_is_start=brief.previous is not None and brief.previous.id == START_ID,
-                  workloads=workloads_line(brief.problem_source))
+                  workloads=workloads_line(brief.problem_source), backward=backward_line(brief.problem_source))
     return [Message(role="user", content=text)]
 
 

@@ -10,9 +10,11 @@ words (one more call per round).
 
 from __future__ import annotations
 
+import re
+
 from kernelloop.agents.calls import ask
 from kernelloop.agents.critic_facts import profile_lines, wrong_output_fixes
-from kernelloop.agents.planner import ReferenceFacts, workloads_line
+from kernelloop.agents.planner import ReferenceFacts, backward_line, workloads_line
 from kernelloop.agents.prompts import render
 from kernelloop.agents.records import (
     Attempt,
@@ -101,6 +103,14 @@ def _workload_fixes(verdict: Verdict) -> list[str]:
             + ": make it handle every workload's shapes (no sizes hard-coded; mask and loop over any extent)"]
 
 
+def gradient_named(verdict: Verdict) -> str:
+    """The gradient a BACKWARD verdict failed on, as its reason or localisation names it."""
+    if verdict.localisation is not None and verdict.localisation.gradient:
+        return f"the gradient of {verdict.localisation.gradient}"
+    found = re.search(r"gradient of ([A-Za-z0-9_.]+(?: [0-9]+)?)", verdict.reason)
+    return f"the gradient of {found.group(1)}" if found else "a gradient"
+
+
 def _incorrect_fixes(verdict: Verdict) -> list[str]:
     """A wrong output: what the code and the localisation point at."""
     code, rel = verdict.code, verdict.rel_err
@@ -109,6 +119,15 @@ def _incorrect_fixes(verdict: Verdict) -> list[str]:
         fixes.append("the result depends on cached state: recompute everything on every call")
     elif code is Code.wrong_type:
         fixes.append(f"{verdict.reason}: return exactly the reference's shapes and dtypes as plain tensors")
+    elif code is Code.no_gradient:
+        fixes.append(f"{gradient_named(verdict)} is missing (the backward is judged): wrap each kernel in a "
+                     "torch.autograd.Function whose backward returns the gradient of every input it takes, "
+                     "return outputs that require grad (no .detach()), and name the parameters as the "
+                     "reference's (named_parameters())")
+    elif code is Code.wrong_gradient:
+        fixes.append(f"the forward is right but {gradient_named(verdict)} is wrong: check the backward's "
+                     "formula (derive it from the forward), which saved tensors it reads, and its reductions "
+                     "over the broadcast dimensions")
     if verdict.localisation is not None:
         return fixes + wrong_output_fixes(verdict.localisation)
     if code in (Code.mismatch, Code.off_on_most, Code.biased) and rel is not None and rel >= 0.5:
@@ -174,6 +193,7 @@ def advise(critique: Critique, client: ChatClient | KeyedChatClient, problem_nam
     """Ask the model to turn the findings into next steps; on endpoint failure keep the rules' critique."""
     text = render("critic.j2", problem_name=problem_name, problem_source=problem_source, plan=plan,
                   round=critique.round, best_code=best_code, workloads=workloads_line(problem_source),
+                  backward=backward_line(problem_source),
                   findings=critique.findings + [f"{k}: {'; '.join(v)}" for k, v in critique.per_attempt.items()])
     try:
         turn = ask(client, turn_key("critic", f"r{critique.round}"), [Message(role="user", content=text)])

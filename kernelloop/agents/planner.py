@@ -18,7 +18,7 @@ from kernelloop.agents.prompts import render
 from kernelloop.agents.turns import ChatModel, Message, ModelTurn, ReplayExhausted, turn_key
 from kernelloop.errors import error_line
 from kernelloop.problem import Problem
-from kernelloop.problem_meta import source_workload_names
+from kernelloop.problem_meta import source_backward, source_workload_names
 
 Backend = Literal["triton", "cuda"]
 BACKEND_RULES = {
@@ -96,6 +96,17 @@ def workloads_line(problem_source: str) -> str:
             "be correct on every one, each is timed, and its speed is the geometric mean of its speedups over them.")
 
 
+def backward_line(problem_source: str) -> str:
+    """What the prompts say of a problem with BACKWARD = True (read off the source); "" otherwise."""
+    if not source_backward(problem_source):
+        return ""
+    return ("The backward is judged too (BACKWARD = True): for an upstream gradient the verifier draws, the gradients "
+            "of every floating input and of every parameter must match the reference's, so ModelNew's outputs must "
+            "carry autograd: wrap each kernel in a torch.autograd.Function whose backward computes the gradients "
+            "(kernels of its own), never detach, and name the parameters as the reference's (named_parameters()). "
+            "Only the forward is timed.")
+
+
 def planner_messages(problem_name: str, problem_source: str, facts: ReferenceFacts | None,
                      backend: str, baseline: str, target: float | None, start_code: str = "") -> list[Message]:
     """The planner's prompt: one user message (reasoning models get no system prompt). start_code:
@@ -103,7 +114,8 @@ def planner_messages(problem_name: str, problem_source: str, facts: ReferenceFac
     rule = BACKEND_RULES.get(backend, "Triton or CUDA C++ (load_inline): propose which")
     text = render("planner.j2", problem_name=problem_name, problem_source=problem_source,
                   facts=facts.lines() if facts else [], backend_rule=rule, baseline=baseline,
-                  target=target, start_code=start_code, workloads=workloads_line(problem_source))
+                  target=target, start_code=start_code, workloads=workloads_line(problem_source),
+                  backward=backward_line(problem_source))
     return [Message(role="user", content=text)]
 
 

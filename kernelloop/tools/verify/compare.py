@@ -112,11 +112,12 @@ def tolerance_for(dtype: torch.dtype, overrides: dict | None = None) -> dict[str
 
 
 def compare_one(out: torch.Tensor, ref: torch.Tensor, index: int, overrides: dict | None = None,
-                device: torch.device | str | None = None, round_off: bool = False) -> Comparison:
+                device: torch.device | str | None = None, round_off: bool = False, where: str = "") -> Comparison:
     """Judge one output. The arithmetic runs on `device` (default: where the reference lives), so a
     trusted process holding the reference on a GPU compares there, whatever device `out` is on.
-    `round_off`: the trusted job found this reference to be its own round-off (module docstring)."""
-    where = f"output {index}"
+    `round_off`: the trusted job found this reference to be its own round-off (module docstring).
+    `where`: what the reason calls it (default "output <index>")."""
+    where = where or f"output {index}"
     if type(out) is not torch.Tensor:
         return Comparison(False, f"tensor subclass: {where} is a {type(out).__name__}, not a plain torch.Tensor",
                           code=Code.wrong_type, output=index)
@@ -361,6 +362,40 @@ def compare_outputs(outs: list, refs: list, overrides: dict | None = None,
             return _with_other_standards(result, outs, refs, device)
         worst = Comparison(True, "", max(worst.max_abs_err, result.max_abs_err), max(worst.rel_err, result.rel_err),
                            max(worst.bias, result.bias, key=abs), degenerate=worst.degenerate + result.degenerate)
+    return worst
+
+
+def compare_gradients(outs: list, refs: list, names: list[str], missing: Collection[str] = (),
+                      overrides: dict | None = None, device: torch.device | str | None = None) -> Comparison:
+    """A BACKWARD problem's gradients of one trial set (the floating inputs', then the parameters',
+    in `names`' order) against the reference's, each under its dtype's tolerance; the first wrong
+    one decides, its reason naming it ("gradient of input 0", "gradient of fc.weight").
+    A gradient the candidate has none of (None: its forward broke autograd, or the input or
+    parameter was not used) passes only where the reference's is all zeros; a parameter name in
+    `missing` (ModelNew has no parameter of that name) fails. Codes: no_gradient, wrong_gradient."""
+    if len(outs) != len(refs) or len(refs) != len(names):
+        return Comparison(False, f"backward: the candidate saved {len(outs)} gradients, the reference has {len(refs)}",
+                          code=Code.no_gradient)
+    worst = Comparison(True)
+    for index, (out, ref, name) in enumerate(zip(outs, refs, names)):
+        what = f"gradient of {name}"
+        if name in missing:
+            return Comparison(False, f"backward: {what}: ModelNew has no parameter of that name (its parameters must "
+                                     "be named as the reference's, named_parameters())", code=Code.no_gradient,
+                              output=index)
+        if out is None:
+            if ref is None or (isinstance(ref, torch.Tensor) and bool((ref.detach() == 0).all())):
+                continue  # neither side depends on it
+            return Comparison(False, f"backward: {what}: the candidate computed none (its forward's outputs do not "
+                                     "lead back to it through autograd: a kernel needs a torch.autograd.Function with "
+                                     "a backward)", code=Code.no_gradient, output=index)
+        result = compare_one(out, ref, index, overrides, device, where=what)
+        if not result.ok:
+            result.reason = f"backward: {result.reason}"
+            result.code = Code.wrong_gradient
+            return result
+        worst = Comparison(True, "", max(worst.max_abs_err, result.max_abs_err), max(worst.rel_err, result.rel_err),
+                           max(worst.bias, result.bias, key=abs))
     return worst
 
 

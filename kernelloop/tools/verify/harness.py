@@ -21,6 +21,7 @@ import os
 import time
 import traceback
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -318,9 +319,90 @@ def switched_precision(changed: dict[str, str], where: str = "its forward") -> t
             "choose TF32")
 
 
+@dataclass
+class Backward:
+    """A BACKWARD problem's backward in a checked run (run_one): the upstream gradient of each output
+    (None where the reference's output takes none) and the gradients' names, both as handed over
+    ("input <i>", then the reference's parameter names); filled by the run: each gradient's host
+    copy (None where the candidate has none) and the parameter names its ModelNew lacks."""
+
+    upstream: list
+    names: list[str]
+    counter: Any = None  # the LaunchCounter: its op recorder is the forward's alone, held off here
+    grads: list = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def run_backward(model, inputs: list, out: list, pristine: list, backward: Backward, device: str,
+                 poison_value: float) -> tuple[Code, str] | None:
+    """The backward of a checked forward, under the checks of its forward: gradient-sized memory
+    poisoned and every torch.empty of the backward filled, the reference's precision held and
+    checked after, the inputs unwritten, gradients plain tensors sharing no memory with an input.
+    Only from what this process was handed: the inputs and the upstream gradients (the reference's
+    gradients never come here). Outputs that do not require grad get no upstream: their gradients
+    are then missing, which the parent judges (no_gradient)."""
+    pairs = [(o, u.to(o.device).clone()) for o, u in zip(out, backward.upstream)
+             if isinstance(u, torch.Tensor) and type(o) is torch.Tensor and o.requires_grad
+             and o.shape == u.shape and o.dtype == u.dtype]
+    params = dict(model.named_parameters())
+    sized = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad] + list(params.values())
+    poison(device, [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in sized], poison_value)
+    recorder = backward.counter.recorder if backward.counter is not None else None
+    if backward.counter is not None:
+        backward.counter.recorder = None
+    try:
+        with declared_precision() as declared:
+            with torch.enable_grad(), PoisonEmpty(poison_value):
+                if pairs:
+                    torch.autograd.backward([o for o, _ in pairs], [u for _, u in pairs])
+            synchronize(device)
+            changed = precision_changes(declared)
+    finally:
+        if backward.counter is not None:
+            backward.counter.recorder = recorder
+    if changed:
+        return switched_precision(changed, "its backward")
+    grads: list = []
+    for name in backward.names:
+        if name.startswith("input "):
+            index = int(name.removeprefix("input "))
+            leaf = inputs[index] if index < len(inputs) else None
+            grads.append(leaf.grad if isinstance(leaf, torch.Tensor) else None)
+        elif name in params:
+            grads.append(params[name].grad)
+        else:  # its parameters must be named as the reference's: the parent names it in the verdict
+            backward.missing.append(name)
+            grads.append(None)
+    for name, grad in zip(backward.names, grads):
+        if grad is not None and type(grad) is not torch.Tensor:
+            return (Code.wrong_type,
+                    f"tensor subclass: the gradient of {name} is a {type(grad).__name__}, not a plain torch.Tensor")
+    for name, grad in zip(backward.names, grads):
+        if aliasing([grad], inputs):
+            return (Code.aliases_input, f"aliases an input: the gradient of {name} shares memory with an input; "
+                                        "its backward must return new tensors")
+    found = mutated(inputs, pristine)
+    if found:
+        return found[0], found[1].replace("during forward", "during backward")
+    backward.grads = [g.detach().to("cpu", copy=True) if g is not None else None for g in grads]
+    return None
+
+
+def _end_backward(model, inputs: list) -> None:
+    """Nothing of a backward outlives its run: no gradients kept, the inputs (the fresh check's
+    buffers among them, kept by identity) no longer requiring grad, as every timed call's."""
+    for p in model.parameters():
+        p.grad = None
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            t.grad = None
+            t.requires_grad_(False)
+
+
 def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | None = None,
             costs: dict | None = None, poison_value: float = math.nan,
-            recorder: OpRecorder | None = None) -> tuple[list, list, tuple[Code, str] | None]:
+            recorder: OpRecorder | None = None,
+            backward: Backward | None = None) -> tuple[list, list, tuple[Code, str] | None]:
     """One checked forward: device inputs, poisoned memory, input and alias checks.
 
     `specs`: the outputs' shapes and dtypes, to poison with (`poison_value`: NaN, but in the parent's reruns).
@@ -330,7 +412,9 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host).
     `recorder` records the ops of the forward alone (not this harness's copies and checks around it).
     The forward runs at the reference's precision (declared_precision: TF32 off), which it must leave
-    as it found it (switched_precision)."""
+    as it found it (switched_precision).
+    `backward` (BACKWARD problems, trials only): the floating inputs require grad, the forward runs
+    with grad on, and once its checks pass, its backward (run_backward) fills `backward.grads`."""
     steps = Stopwatch()
 
     def lap(name: str) -> None:  # only where asked: the device waits for the step, so the lap is its time
@@ -342,12 +426,19 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
         inputs = to_device([i.clone() if isinstance(i, torch.Tensor) else i for i in inputs_cpu], device)
     else:
         inputs = [old.copy_(new) if isinstance(old, torch.Tensor) else new for old, new in zip(reuse, inputs_cpu)]
-    pristine = [i.clone() if isinstance(i, torch.Tensor) else i for i in inputs]
+    if backward is not None:
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                t.requires_grad_(True)
+        for p in model.parameters():
+            p.grad = None
+    pristine = [i.detach().clone() if isinstance(i, torch.Tensor) else i for i in inputs]
     lap("inputs_s")
     poison(device, specs, poison_value)
     lap("poison_s")
     with declared_precision() as declared:  # the reference's precision: set before, checked after
-        with PoisonEmpty(poison_value), (recorder if recorder is not None else contextlib.nullcontext()):
+        with (torch.enable_grad() if backward is not None else contextlib.nullcontext()), PoisonEmpty(poison_value), \
+                (recorder if recorder is not None else contextlib.nullcontext()):
             out = flatten_outputs(model(*inputs))
         if recorder is not None:
             recorder.consumed(out)  # what the forward returns is used
@@ -361,6 +452,11 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
             return [], inputs, (Code.wrong_type,
                                 f"tensor subclass: output {index} is a {type(o).__name__}, not a plain torch.Tensor")
     problem = aliasing(out, inputs) or mutated(inputs, pristine)
+    if backward is not None:
+        try:
+            problem = problem or run_backward(model, inputs, out, pristine, backward, device, poison_value)
+        finally:
+            _end_backward(model, inputs)
     lap("checks_s")
     host = [o.detach().to("cpu", copy=True) for o in out]  # a copy on the CPU too: a buffer it reuses stays its own
     lap("outputs_s")
@@ -430,6 +526,10 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
     session = _CandidateSession(model, input_sets, counter, job, channel, settings)
     session.pool_sets, session.all_sets = pool_sets, all_sets
+    names = job.get("gradients")
+    if job.get("upstream_path") and isinstance(names, list) and all(isinstance(n, str) for n in names):
+        # BACKWARD: one upstream gradient per output of each trial set, drawn in the trusted job
+        session.upstream, session.gradient_names = read_sets(job["upstream_path"])[0], list(names)
     session.workloads = workload_layout(given.get("workloads"), len(input_sets), len(all_sets))
     if session.workloads:  # timed first: get_inputs' own sets (the first workload's), as without workloads
         first = next(iter(session.workloads.values()))
@@ -501,6 +601,9 @@ class _CandidateSession:
         self.timed_first = 0
         self.all_sets: list[list] = input_sets  # with the donor sets, where the trusted job made any
         self.decoy_set = 0  # the set the parent picked for the decoy runs
+        # BACKWARD problems: each trial set's upstream gradients (handed over) and the gradients' names
+        self.upstream: list[list] | None = None
+        self.gradient_names: list[str] = []
 
     def _specs(self, index: int) -> list:
         return self.specs[index] if index < len(self.specs) else []
@@ -543,6 +646,8 @@ class _CandidateSession:
         reported; then the decoy runs on the set the parent picks (decoy_runs). Returns a claim-level
         problem (aliasing, input writes, a tensor subclass) or None."""
         outputs, records = [], []
+        grads: list[list] = []  # BACKWARD problems: each set's gradients, and parameter names ModelNew lacks
+        missing: list[str] = []
         first_forward: dict[str, float] = {}
         started = time.perf_counter()
         for index, inputs in enumerate(self.input_sets):
@@ -550,9 +655,14 @@ class _CandidateSession:
             # would show its own kernel there and leave the rest to torch (review35).
             recorder = OpRecorder()
             self.counter.recorder = recorder
+            backward = None
+            if self.upstream is not None:
+                given = self.upstream[index] if index < len(self.upstream) else []
+                backward = Backward(given, self.gradient_names, self.counter)
             try:
                 out, buffers, found = run_one(self.model, inputs, self.device, self._specs(index),
-                                              costs=first_forward if index == 0 else None, recorder=recorder)
+                                              costs=first_forward if index == 0 else None, recorder=recorder,
+                                              backward=backward)
             finally:
                 self.counter.recorder = None
             if index == 0:
@@ -562,11 +672,16 @@ class _CandidateSession:
             if found:
                 return found
             outputs.append(out)
+            if backward is not None:
+                grads.append(backward.grads)
+                missing = backward.missing
             records.append({"ops": recorder.compute_ops(), "op_work": recorder.compute_work(),
                             "own_used": recorder.own_used})
         self.costs["trials_s"] = time.perf_counter() - started - self.costs["first_call_s"]
         save_started = time.perf_counter()
         save_sets(Path(self.job["job_dir"]) / "trials.sets", outputs)
+        if self.upstream is not None:
+            save_sets(Path(self.job["job_dir"]) / "grads.sets", grads, {"missing": missing})
         # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
         # The first set's record as before, and every set's (op_records.py)

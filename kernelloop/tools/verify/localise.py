@@ -237,7 +237,8 @@ def irregular(shape: list[int]) -> bool:
 
 def describe(loc: Localisation) -> list[str]:
     """The facts as lines a model can act on, most telling first."""
-    where = f"output {loc.output} (shape {tuple(loc.shape)}) on input set {loc.trial}"
+    what = f"gradient of {loc.gradient}" if loc.gradient else f"output {loc.output}"
+    where = f"{what} (shape {tuple(loc.shape)}) on input set {loc.trial}"
     lines = rerun_facts(loc)[:1]  # the unwritten region first, apart from what is written but wrong
     lines.append(f"{where}: {loc.bad} of {loc.numel} elements wrong ({100 * loc.bad / max(loc.numel, 1):.3g}%)")
     lines += rerun_facts(loc)[1:]

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from kernelloop.problem import ProblemError, import_source
-from kernelloop.problem_meta import check_module, metadata, workloads
+from kernelloop.problem_meta import check_module, judges_backward, metadata, workloads
 from kernelloop.sandbox.channel import Channel
 from kernelloop.tools.verify import op_records
 from kernelloop.tools.verify._runtime import (
@@ -137,6 +137,7 @@ class ReferenceJob:
         self.made_sets: list[list] = []  # that make's sets, every workload's
         self.firsts: dict[str, list] = {}  # each workload's first reference outputs (what its timed calls keep)
         self.timed_workload: str | None = None  # whose sets the baselines were built on last
+        self.backward = judges_backward(self.problem)  # BACKWARD = True: a trial make also makes the gradients
         seed_all(INIT_SEED)
         self.init_inputs = list(self.problem.get_init_inputs())
         self.model = self.problem.Model(*self.init_inputs).to(self.device)
@@ -283,7 +284,52 @@ class ReferenceJob:
             answer.update(op_records.encode(set_records), set_signatures=set_signatures)
         if with_workloads:  # which sets are whose, for the parent to name the workload a set belongs to
             answer["workloads"] = [[name, b - a] for name, (a, b) in self.layout.items()]
+        if trial and self.backward and request.get("grads_path") and request.get("upstream_path"):
+            upstream, grads, names = self.gradients(sets, int(request["seeds"][0]))
+            save_sets(request["upstream_path"], upstream)  # handed to the candidate with the inputs
+            save_sets(request["grads_path"], grads)  # the parent's alone, as the outputs are
+            answer["grad_names"] = names
         return answer
+
+    def gradients(self, sets: list[list], seed: int) -> tuple[list[list], list[list], list[str]]:
+        """BACKWARD problems: for each set, the upstream gradient of each output (drawn from the
+        verification's secret seed: the candidate can't know it ahead; None for an output that is
+        not floating or does not require grad) and the reference's gradients for it: of each
+        floating input ("input <i>", the first set's floating inputs), then of each parameter that
+        requires grad (by name). A gradient the reference has none of is zeros. Run on copies of the
+        inputs (the sets themselves are timed later and must not require grad), at the declared
+        precision, as the forward."""
+        generator = torch.Generator().manual_seed(seed * 2 + 1)  # from the secret seed, not the seed itself
+        params = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad]
+        floating = [i for i, v in enumerate(sets[0]) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        names = [f"input {i}" for i in floating] + [name for name, _ in params]
+        upstream_sets, grad_sets = [], []
+        with torch.enable_grad(), declared_precision():
+            for inputs in sets:
+                leaves = [v.detach().clone().requires_grad_(True) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                          else v for v in to_device(inputs, self.device)]
+                for _, p in params:
+                    p.grad = None
+                result = flatten_outputs(self.model(*leaves))
+                upstream = [torch.randn(tuple(r.shape), generator=generator, dtype=torch.float32).to(r.device, r.dtype)
+                            if isinstance(r, torch.Tensor) and r.is_floating_point() and r.requires_grad else None
+                            for r in result]
+                pairs = [(r, u) for r, u in zip(result, upstream) if u is not None]
+                if pairs:
+                    torch.autograd.backward([r for r, _ in pairs], [u for _, u in pairs])
+                synchronize(self.device)
+                grads: list = []
+                for i in floating:
+                    leaf = leaves[i] if i < len(leaves) else None
+                    grads.append(None if not isinstance(leaf, torch.Tensor) else
+                                 leaf.grad.detach() if leaf.grad is not None else torch.zeros_like(leaf.detach()))
+                grads += [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p.detach())
+                          for _, p in params]
+                upstream_sets.append(upstream)
+                grad_sets.append(grads)
+        for _, p in params:  # none kept: the baselines run under no_grad and need no gradient memory
+            p.grad = None
+        return upstream_sets, grad_sets, names
 
     def select_workload(self, request: dict[str, Any]) -> dict[str, Any]:
         """Time workload `name` next: its trial sets become the sets the baselines are built and timed

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from kernelloop.problem import Problem, ProblemError
-from kernelloop.problem_meta import checked_tolerance, checked_workload_names
+from kernelloop.problem_meta import checked_gradient_names, checked_tolerance, checked_workload_names
 from kernelloop.safe_text import one_line
 from kernelloop.sandbox.runner import JobOutcome, JobSession, Zygote, new_job_dir, remove_job_dir
 from kernelloop.sandbox.safe_io import open_bounded
@@ -50,6 +50,11 @@ class Made:
     # (shapes, dtypes, strides, plain values) as a number, one per distinct signature; [] otherwise
     set_ops: list[SetOps] = field(default_factory=list)
     set_signatures: list[int] = field(default_factory=list)
+    # A BACKWARD problem's trial make: the upstream gradients' file (handed to the candidate with the
+    # inputs), the reference's gradients of each set (this process only) and their names, in order
+    upstream_path: Path | None = None
+    grads: list[list] = field(default_factory=list)
+    grad_names: list[str] = field(default_factory=list)
 
     @property
     def ops(self) -> list[str]:
@@ -94,6 +99,8 @@ class ReferenceServer:
         # A problem with get_workloads: their names, get_inputs' first ([] for a problem without)
         self.workload_names = checked_workload_names(meta.get("workloads") if isinstance(meta, dict) else None,
                                                      str(problem.path))
+        # BACKWARD = True: a trial make also makes upstream gradients and the reference's gradients
+        self.backward = isinstance(meta, dict) and meta.get("backward") is True
 
     def send_ahead(self, kind: str, request: dict) -> None:
         """Send a request now and read its answer later (`answer(kind)`, or before the next `ask`):
@@ -157,8 +164,19 @@ class ReferenceServer:
                    "outputs_path": str(outputs_path)}
         if fresh:
             request.update(fresh=True, donor_seeds=list(donor_seeds or []))
+        backward = variants and self.backward  # the trials judge the backward; the fresh sets and timing do not
+        upstream_path, grads_path = self.job_dir / f"upstream-{tag}.sets", self.job_dir / f"grads-{tag}.sets"
+        if backward:
+            request.update(upstream_path=str(upstream_path), grads_path=str(grads_path))
         answer = self.ask("make", request)
         outputs = self._outputs(outputs_path)
+        grads: list[list] = []
+        names: list[str] = []
+        if backward:
+            grads = self._outputs(grads_path)
+            names = checked_gradient_names(answer.get("grad_names"), str(self.problem.path))
+            if len(grads) != len(outputs) or any(len(g) != len(names) for g in grads):
+                raise ProblemError(f"{self.problem.path}: the trusted job's gradients do not match its outputs")
         if answer.get("ops"):
             self.op_counts = claimed_counts(answer["ops"])
             self.op_work = claimed_counts(answer.get("op_work"))
@@ -166,7 +184,8 @@ class ReferenceServer:
         round_off = {int(index): float(own) for index, own in answer.get("round_off") or []}
         return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off, self.op_work,
                     answer.get("workloads") or [], op_records.decode(answer, len(outputs)) or [],
-                    op_records.numbers(answer.get("set_signatures"), len(outputs)))
+                    op_records.numbers(answer.get("set_signatures"), len(outputs)),
+                    upstream_path if backward else None, grads, names)
 
     def select_workload(self, name: str) -> None:
         """The trusted job times workload `name` next (its sets from the last trial make)."""

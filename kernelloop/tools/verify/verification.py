@@ -32,6 +32,7 @@ from kernelloop.tools.verify import budget, interpreter_order, op_records, rerun
 from kernelloop.tools.verify.claims import CHILD_COSTS, TIMING_SETUP_COSTS, claimed_names, claimed_seconds
 from kernelloop.tools.verify.compare import (
     Comparison,
+    compare_gradients,
     compare_outputs,
     degenerate_output_warnings,
     tolerance_for,
@@ -153,6 +154,8 @@ class Verification:
         job = verifier.job("candidate", candidate_path=str(candidate_path),
                            inputs_path=str(_hand_over(made, job_dir)), decoy_check=decoy_check,
                            output_specs=output_specs(made.outputs), order_seed=secret_seeds(1)[0])
+        if made.upstream_path is not None:  # BACKWARD: the upstream gradients go with the inputs, never the reference's
+            job.update(upstream_path=str(_hand_over_upstream(made.upstream_path, job_dir)), gradients=made.grad_names)
         self.taken_names = names_from_reference(self.candidate.source, problem.source)
         if self.taken_names:  # KernelBench's one namespace for both: shared_names.py
             (job_dir / "reference.py").write_text(problem.source)
@@ -160,7 +163,8 @@ class Verification:
         if self.prebuilt:
             job["prebuilt"] = self.prebuilt
         # What its files may hold: three sets of outputs, however small (a disk-filling job is killed).
-        file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)))
+        file_size = max(CANDIDATE_MIN_FILE_BYTES, 3 * output_bytes + OUTPUT_FILE_SLACK_BYTES * (3 + len(made.outputs)),
+                        sum(map(_nbytes, made.grads)) + OUTPUT_FILE_SLACK_BYTES * (1 + len(made.grads)))
         session = verifier.zygote.start(job, job_dir, verifier.compile_timeout_s, verifier.run_timeout_s,
                                         CANDIDATE_PHASES, file_size_bytes=file_size, disk_budget=True)
         session.deadline = self.deadline
@@ -285,6 +289,10 @@ class Verification:
                 reruns.relate(located, refs[failed], reruns.rerun(session, failed, load), tolerance)
             reason = on_workload(self.layout.name_of(failed), f"{comparison.reason} (trial {failed + 1})")
             return verdicts.incorrect(comparison, reason, comparison.code, failed + 1, located, base)
+        if made.grad_names:  # BACKWARD: the gradients of every trial set, once its forward outputs are right
+            wrong = self._gradients(session, made, tolerance, base)
+            if wrong is not None:
+                return wrong
         decoy_set, saved = decoy
         disturbed = load_output_sets(session.dir, "decoy.sets", [refs[decoy_set]] * saved, self.compare_on) \
             if saved else []
@@ -425,6 +433,37 @@ class Verification:
                 return verdicts.incorrect(checked, f"{what}: {checked.reason}", code, len(comparisons), located, base)
         return fresh_made
 
+    def _gradients(self, session: JobSession, made: Made, tolerance: dict, base: VerdictBase) -> Verdict | None:
+        """A BACKWARD problem: the gradients the child computed for every trial set (grads.sets: from
+        the inputs and upstream gradients it was handed alone) against the reference's, which never
+        left this process; the verdict where one is missing or wrong, its reason naming it."""
+        loaded = load_outputs(session.dir, "grads.sets", made.grads, self.compare_on)
+        if isinstance(loaded, str):
+            return rejected(Code.unreadable_outputs, loaded, **base)
+        grads, extra = loaded
+        raw = extra.get("missing") if isinstance(extra, dict) else None
+        # A claim that can only fail the candidate: names it says its ModelNew lacks
+        missing = {n for n in raw if isinstance(n, str)} if isinstance(raw, list) else set()
+        comparisons = [compare_gradients(out, ref, made.grad_names, missing, tolerance, self.compare_on)
+                       for out, ref in zip(grads, made.grads)]
+        failed = next((trial for trial, c in enumerate(comparisons) if not c.ok), None)
+        if failed is None:
+            return None
+        # A set right forward but wrong backward is wrong: its workload says so (workloads.Layout.results)
+        self.trial_comparisons = [g if c.ok and not g.ok else c for c, g in zip(self.trial_comparisons, comparisons)] \
+            if len(self.trial_comparisons) == len(comparisons) else self.trial_comparisons
+        comparison = comparisons[failed]
+        out, ref = grads[failed], made.grads[failed]
+        located = None
+        at = comparison.output
+        if comparison.code is Code.wrong_gradient and at < min(len(out), len(ref)) and type(out[at]) is torch.Tensor \
+                and isinstance(ref[at], torch.Tensor) and out[at].shape == ref[at].shape and out[at].dtype == ref[at].dtype:
+            located = verdicts.localised(comparisons, grads, made.grads, failed, tolerance, self.compare_on)
+            if located is not None:
+                located.gradient = made.grad_names[at]
+        reason = on_workload(self.layout.name_of(failed), f"{comparison.reason} (trial {failed + 1})")
+        return verdicts.incorrect(comparison, reason, comparison.code, failed + 1, located, base)
+
     def _decoy_runs(self, session: JobSession, signatures: list[int], sets: int) -> tuple[int, int] | None:
         """The decoy runs, asked for on a trial set drawn here once every trial forward ran (the
         candidate can't know it ahead, so can't be honest only there: review35): that set and how
@@ -508,6 +547,12 @@ def _hand_over(made: Made, job_dir: Path) -> Path:
     """The trial inputs into a fresh job dir, before any job code runs there."""
     with JobDir(job_dir) as held:
         return held.put(made.inputs_path, "inputs.sets")
+
+
+def _hand_over_upstream(path: Path, job_dir: Path) -> Path:
+    """A BACKWARD problem's upstream gradients into the job dir beside its inputs."""
+    with JobDir(job_dir) as held:
+        return held.put(path, "upstream.sets")
 
 
 def load_outputs(held: JobDir, name: str, like: list[list], device: torch.device,
