@@ -526,10 +526,10 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
     session = _CandidateSession(model, input_sets, counter, job, channel, settings)
     session.pool_sets, session.all_sets = pool_sets, all_sets
-    names = job.get("gradients")
-    if job.get("upstream_path") and isinstance(names, list) and all(isinstance(n, str) for n in names):
+    gradients = job.get("gradients")
+    if job.get("upstream_path") and isinstance(gradients, list) and all(isinstance(n, str) for n in gradients):
         # BACKWARD: one upstream gradient per output of each trial set, drawn in the trusted job
-        session.upstream, session.gradient_names = read_sets(job["upstream_path"])[0], list(names)
+        session.upstream, session.gradient_names = read_sets(job["upstream_path"])[0], list(gradients)
     session.workloads = workload_layout(given.get("workloads"), len(input_sets), len(all_sets))
     if session.workloads:  # timed first: get_inputs' own sets (the first workload's), as without workloads
         first = next(iter(session.workloads.values()))
