@@ -179,7 +179,8 @@ def _listed_suite(name: str, path: Path, problems_dir: Path, level: int | None, 
 
 @app.command(epilog=SETTINGS_NOTE)
 def bench(
-    suite: str = typer.Argument(..., help="attention, kernelbench (with --root and --level), or a directory of problems"),
+    suite: str = typer.Argument(..., help="attention, training (forward and backward), kernelbench (with --root and --level), "
+                               "or a directory of problems"),
     root: Path | None = typer.Option(None, help="KernelBench checkout (for the kernelbench suite)"),
     level: int | None = typer.Option(None, help="KernelBench level (for the kernelbench suite)"),
     problems: str | None = typer.Option(None, "--problems", help="subset by problem number, e.g. 1-10,23"),

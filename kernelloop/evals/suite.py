@@ -64,6 +64,7 @@ from kernelloop.source_file import SourceFileError, read_source_bytes
 from kernelloop.tools.verify.pool import PoolError, local_devices, split_device
 
 RESULTS_JSONL = "results.jsonl"
+TRAINING_DIR = Path(__file__).parent / "problems" / "training"
 
 
 # --------------------------------------------------------------------------- suites
@@ -71,8 +72,8 @@ RESULTS_JSONL = "results.jsonl"
 
 @dataclass(frozen=True)
 class Suite:
-    name: str  # 'attention', 'kernelbench-level1', or the directory's name
-    kind: str  # 'attention' | 'kernelbench' | 'directory'
+    name: str  # 'attention', 'training', 'kernelbench-level1', or the directory's name
+    kind: str  # 'attention' | 'training' | 'kernelbench' | 'directory'
     problems: list[Problem]
     subset: str | None = None  # --problems, when only some were chosen
     skipped: list[str] = field(default_factory=list)  # entries of its dir that are no file to read, one line each
@@ -80,11 +81,13 @@ class Suite:
 
 def resolve_suite(suite: str, root: Path | None = None, level: int | None = None,
                   subset: str | None = None) -> Suite:
-    """SUITE -> its problems: 'attention', 'kernelbench' (with root and level), or a directory. In
+    """SUITE -> its problems: 'attention', 'training', 'kernelbench' (with root and level), or a directory. In
     a directory, an entry that is no file to read (a pipe, a symlink, a device) is skipped, one line each."""
     skipped: list[str] = []
     if suite == "attention":
         found = Suite("attention", "attention", attention_problems(subset))
+    elif suite == "training":  # forward and backward, on workloads (kernelloop/evals/problems/training)
+        found = Suite("training", "training", load_dir(TRAINING_DIR, subset))
     elif suite == "kernelbench":
         if root is None or level is None:
             raise ProblemError("the kernelbench suite needs --root (the KernelBench checkout) and --level")
@@ -93,7 +96,7 @@ def resolve_suite(suite: str, root: Path | None = None, level: int | None = None
     elif Path(suite).is_dir():  # a directory someone else may have written: its problems run only in the sandbox
         found = Suite(Path(suite).resolve().name, "directory", load_dir(suite, subset, skipped, trusted=False))
     else:
-        raise ProblemError(f"unknown suite {suite!r}: use attention, kernelbench or a directory of problem files")
+        raise ProblemError(f"unknown suite {suite!r}: use attention, training, kernelbench or a directory of problem files")
     if not found.problems:
         raise ProblemError(f"suite {suite!r} has no problems" + (f" in subset {subset!r}" if subset else "")
                            + (f" ({skipped[0]})" if skipped else ""))
