@@ -1,0 +1,76 @@
+"""The training suite's hand-written starters (examples/training_candidates) on the CPU, under
+Triton's interpreter: each verified, forward and backward, by the verifier itself against its problem
+at a tiny shape (a wrapper problem file that keeps the real problem's Model and BACKWARD and only
+shrinks the inputs). The realistic shapes and their speed are a GPU's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelloop.problem import Candidate, Problem
+from kernelloop.records import Status
+from kernelloop.tools.verify.static_check import first_violation
+from kernelloop.tools.verify.verifier import Verifier
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTERS = ROOT / "examples" / "training_candidates"
+TRAINING = ROOT / "kernelloop" / "evals" / "problems" / "training"
+
+TINY_ATTENTION = '''
+from pathlib import Path
+from kernelloop.evals.problems.attention import _common as attn
+from kernelloop.problem import import_source
+
+real = import_source(Path({path!r}), "tiny_training_attention")
+Model, TOLERANCE, BACKWARD = real.Model, real.TOLERANCE, real.BACKWARD
+
+
+def get_inputs():
+    return attn.make_inputs(real.VARIANT, attn.Shape(batch=1, heads=2, seq_len=37, head_dim=16))
+
+
+def get_workloads():  # a length no block divides, and one a block does
+    return {{"seq_37": get_inputs, "seq_32": lambda: attn.make_inputs(real.VARIANT, attn.Shape(2, 1, 32, 16))}}
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_every_starter_names_a_training_problem_and_passes_the_static_rules():
+    names = {p.stem for p in TRAINING.glob("[0-9]*.py")}
+    for path in STARTERS.glob("*.py"):
+        assert path.stem in names, path.name
+        text = path.read_text()
+        assert "Hand-written starter kernel" in text.splitlines()[0], path.name
+        assert first_violation(text) is None, path.name
+
+
+@pytest.fixture(scope="module")
+def verifier(tmp_path_factory):
+    with Verifier(device="cpu", workspace=tmp_path_factory.mktemp("training-starters"), compile_timeout_s=120.0,
+                  run_timeout_s=300.0) as shared:
+        yield shared
+
+
+def test_the_causal_attention_starter_is_right_forward_and_backward(verifier, tmp_path):
+    problem_path = tmp_path / "tiny_8_CausalAttention.py"
+    problem_path.write_text(TINY_ATTENTION.format(path=str(TRAINING / "8_CausalAttention.py")))
+    verdict = verifier.verify(Candidate.from_file(STARTERS / "8_CausalAttention.py"), Problem.from_file(problem_path))
+    assert verdict.status is Status.correct, verdict.reason
+    assert set(verdict.workloads) == {"seq_37", "seq_32"}, verdict.workloads
+
+
+def test_the_same_starter_with_its_query_gradient_off_by_a_tenth_is_wrong_and_named(verifier, tmp_path):
+    """The backward is judged, not only the forward: dQ scaled by 1.1 is a wrong gradient of input 0."""
+    problem_path = tmp_path / "tiny_8_CausalAttention.py"
+    problem_path.write_text(TINY_ATTENTION.format(path=str(TRAINING / "8_CausalAttention.py")))
+    text = (STARTERS / "8_CausalAttention.py").read_text()
+    assert text.count("_to(dq * scale,") == 1
+    broken = tmp_path / "8_CausalAttention_broken.py"
+    broken.write_text(text.replace("_to(dq * scale,", "_to(dq * scale * 1.1,"))
+    verdict = verifier.verify(Candidate.from_file(broken), Problem.from_file(problem_path))
+    assert verdict.status is Status.incorrect and "gradient of input 0" in verdict.reason, verdict.reason
