@@ -64,6 +64,44 @@ def test_the_causal_attention_starter_is_right_forward_and_backward(verifier, tm
     assert set(verdict.workloads) == {"seq_37", "seq_32"}, verdict.workloads
 
 
+# The other problems at a tiny size, their own _inputs helper's arguments per workload: one width no
+# block divides, one a block does.
+TINY_ROWS = """
+from pathlib import Path
+from kernelloop.problem import import_source
+
+real = import_source(Path({path!r}), "tiny_training_{stem}")
+Model, TOLERANCE, BACKWARD = real.Model, real.TOLERANCE, real.BACKWARD
+
+
+def get_inputs():
+    return real._inputs(*{first!r})
+
+
+def get_workloads():
+    return {{"first": get_inputs, "second": lambda: real._inputs(*{second!r})}}
+
+
+def get_init_inputs():
+    return []
+"""
+TINY_ARGS = {"2_RMSNorm": ((9, 48), (4, 64)), "3_SwiGLU": ((9, 48), (4, 64)), "5_GELU": ((9, 48), (4, 64))}
+
+
+@pytest.mark.parametrize("stem", sorted(TINY_ARGS))
+def test_each_rowwise_starter_is_right_forward_and_backward(verifier, tmp_path, stem):
+    problem_path = tmp_path / f"tiny_{stem}.py"
+    first, second = TINY_ARGS[stem]
+    problem_path.write_text(TINY_ROWS.format(path=str(TRAINING / f"{stem}.py"), stem=stem, first=first, second=second))
+    verdict = verifier.verify(Candidate.from_file(STARTERS / f"{stem}.py"), Problem.from_file(problem_path))
+    assert verdict.status is Status.correct, verdict.reason
+    assert set(verdict.workloads) == {"first", "second"}, verdict.workloads
+
+
+def test_every_starter_here_is_tested_here():
+    assert {p.stem for p in STARTERS.glob("*.py")} == {"8_CausalAttention", *TINY_ARGS}
+
+
 def test_the_same_starter_with_its_query_gradient_off_by_a_tenth_is_wrong_and_named(verifier, tmp_path):
     """The backward is judged, not only the forward: dQ scaled by 1.1 is a wrong gradient of input 0."""
     problem_path = tmp_path / "tiny_8_CausalAttention.py"
