@@ -498,17 +498,11 @@ class ReferenceJob:
         synchronize(self.device)
         if stage != "keep":
             return {}
-        self._keep(self.held, name)
+        # a captured graph's calls write outputs of their own (WindowGraph.capture refuses shared ones);
+        # the overhead "returns" the reference's one output each call
+        if not self.kept.keep_all([flatten_outputs(output) for output in self.held], shared_ok=name == "overhead"):
+            raise RuntimeError(f"a replayed window of {name} returned outputs that share memory")
         return {"digests": len(self.kept.digests())}
-
-    def _keep(self, held: list, name: str) -> None:
-        """A window's outputs kept (the overhead's: the reference's first outputs, one per call)."""
-        if self.kept is None:
-            raise RuntimeError("outputs kept before timing was set up")
-        if not self.kept.keep_all([flatten_outputs(output) for output in held], shared_ok=name == "overhead"):
-            self.kept.reset()  # a baseline that returns one buffer: kept call by call, after the fact (its time is taken)
-            for output in held:
-                self.kept.keep(flatten_outputs(output))
 
     def capture(self, request: dict[str, Any]) -> dict[str, Any]:
         """Each baseline's calls on a window's sets as one CUDA graph, untimed, before the windows
