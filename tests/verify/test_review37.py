@@ -1,17 +1,11 @@
-"""review37: attacks on the verifier found open or shown held that are not corpus fixtures (strict xfails
-for open ones, as tests/verify/test_adversarial.py `_OPEN`)."""
+"""review37: attacks on the verifier's arithmetic that are not corpus fixtures."""
 
 from __future__ import annotations
-
-import pytest
 
 from kernelloop.tools.profile.measure import CANDIDATE
 from kernelloop.tools.verify.timing_driver import OVERHEAD, Windows
 
 
-@pytest.mark.xfail(strict=True, reason="open: Windows.per_call takes the fastest run step and the fastest fill/keep "
-                                       "steps from different windows: a child that alternates (answers computed "
-                                       "during one window's fill, the next window honest) is charged for neither")
 def test_a_side_that_moves_its_work_into_every_other_windows_fill_is_charged_for_it():
     """Two replayed windows of 10 calls. Window 0: the work is done while the sets are written (fill 20 ms,
     run 1 ms). Window 1: honest (fill 1 ms, run 20 ms). Every window took >= 21 ms of the candidate's

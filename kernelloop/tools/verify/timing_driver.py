@@ -435,10 +435,12 @@ class Windows:
     def per_call(self) -> dict[str, float]:
         """Per side, its fastest window: whatever else runs (a collection, the scheduler, the request's
         round trip) only adds to a window, and nothing a candidate does can take time off its calls'
-        device work, so the least is the truest, and no side can lower it but by being faster. Less
-        the fastest overhead window, FIXED_ALLOWANCE_MS, plus its steps' excess, over the calls (never below 0)."""
+        device work, so the least is the truest, and no side can lower it but by being faster. Each
+        window's run step with its own steps' excess (never one window's run beside another's fill), less
+        the fastest overhead window and FIXED_ALLOWANCE_MS, over the calls (never below 0)."""
         overhead = min(self.overheads, default=0.0)
-        return {name: max(0.0, min(walls) - overhead - FIXED_ALLOWANCE_MS + self.excess_ms(name)) / self.calls
+        return {name: max(0.0, min(wall + self.excess_ms(name, i) for i, wall in enumerate(walls))
+                          - overhead - FIXED_ALLOWANCE_MS) / self.calls
                 for name, walls in self.walls.items()}
 
     def deciding(self, events_ms: dict[str, float]) -> list[str]:
