@@ -80,6 +80,25 @@ def test_fresh_values_on_the_gpu_are_remade_exactly_and_kept_copies_digest_alike
         assert all(t.data_ptr() % 256 == 0 for t in inputs if isinstance(t, torch.Tensor))
 
 
+def test_a_forward_that_cannot_be_captured_leaves_the_stream_it_found():
+    """torch.cuda.graph's exit leaves its capture stream current when the capture fails to end; a
+    verification that went on there ran its torch ops on a side stream unordered with an extension's
+    legacy-stream launches (every leaderboard CUDA solution read zeros on its timed calls)."""
+    from kernelloop.tools.verify.window_graph import WindowGraph
+
+    pool = Pool([[torch.randn(256, device="cuda")]])
+    window = Window(pool, 4, pool.buffers())
+    window.prepare(pool.request(seed=5, calls=4))
+    before = torch.cuda.current_stream()
+    assert window.fit >= 4 and WindowGraph.capture(lambda inputs: inputs[0] * 2, window, calls=4) is not None
+
+    def syncs(inputs):  # a host read in the forward: not capturable
+        return inputs[0] * float(inputs[0].sum().item() > 0)
+
+    assert WindowGraph.capture(syncs, window, calls=4) is None
+    assert torch.cuda.current_stream() == before
+
+
 @pytest.fixture(scope="module")
 def timed(tmp_path_factory):
     from kernelloop.tools.verify.verifier import Verifier
@@ -100,6 +119,14 @@ def unlinted(tmp_path_factory):
 def verify(verifier, fixture: Path):
     header = corpus.parse_header(fixture)
     return verifier.verify(Candidate.from_file(fixture), Problem.from_file(header.problem))
+
+
+def test_an_extension_launching_on_the_legacy_stream_is_timed_and_correct(timed):
+    """The common shape of model-written CUDA (a `<<<...>>>` launch on the legacy stream): its windows
+    can't be graphs, so they are timed as plain windows, and its timed calls are right."""
+    verdict = verify(timed, FIXTURES / "honest" / "relu_load_inline_cuda.py")
+    assert verdict.status is Status.correct, verdict.reason
+    assert verdict.speedup is not None and not verdict.timings["candidate"].replayed
 
 
 @pytest.mark.parametrize("twin", ["matmul_triton.py", "softmax_triton.py", "attention_triton.py"])

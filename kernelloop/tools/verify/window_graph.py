@@ -41,8 +41,9 @@ class WindowGraph:
         sets than calls, a forward that can't be captured, outputs that share memory across calls)."""
         if not torch.cuda.is_available() or not window.stacks or calls > window.fit:
             return None
+        before = torch.cuda.current_stream()
         side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        side.wait_stream(before)
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.stream(side):  # torch's rule for capture: warm on a side stream first
@@ -52,7 +53,7 @@ class WindowGraph:
                 outputs = [flatten_outputs(call(window.sets[k])) for k in range(calls)]
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - not capturable: the verification's windows stay plain
-            _recover()
+            _recover(before)
             return None
         tensors = [t for outs in outputs for t in outs if isinstance(t, torch.Tensor) and t.numel()]
         if len({t.untyped_storage().data_ptr() for t in tensors}) < len(tensors):
@@ -65,10 +66,15 @@ class WindowGraph:
         return self.outputs
 
 
-def _recover() -> None:
-    """After a failed capture: wait for the device and clear the runtime's last error (an extension
-    that launched on the legacy stream while capturing left one that the next launch check of
-    torch's would report as its own), so a capture error never reaches the next request."""
+def _recover(stream: torch.cuda.Stream) -> None:
+    """After a failed capture: make `stream` current again, wait for the device and clear the
+    runtime's last error (an extension that launched on the legacy stream while capturing left one
+    that the next launch check of torch's would report as its own), so a capture error never reaches
+    the next request. The stream first: torch.cuda.graph's exit leaves its capture stream current
+    when the capture fails to end, and every later torch op would then run on that side stream while
+    an extension's `<<<...>>>` launches stay on the legacy one, unordered with it (its outputs read
+    before they were written)."""
+    torch.cuda.set_stream(stream)
     try:
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaGetLastError()
