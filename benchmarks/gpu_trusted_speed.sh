@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_trusted_speed.sh memos       # the memo fixtures, static rules on and off, beside their twins
 #   bash benchmarks/gpu_trusted_speed.sh tests       # the timed-checks GPU tests and the timing cheats of the corpus
 #   bash benchmarks/gpu_trusted_speed.sh redteam     # the red team's timing attacks (tests/gpu/test_redteam_timing_gpu.py)
-#   bash benchmarks/gpu_trusted_speed.sh bench [LB]  # bench with timing over the first 40 leaderboard solutions
+#   bash benchmarks/gpu_trusted_speed.sh bench [LB]  # bench with timing over the first 40 leaderboard solutions (BENCH_N)
 # Carry .whl (pydantic and friends) and .debs (bubblewrap), and for `bench` the leaderboard checkout as lb/
 # (benchmarks/gpu_leaderboard.sh says how). Results land in $OUT/speed; copy fresh_values.json (and a notes.md
 # saying what the run was) into docs/results/h200_trusted_speed/runN/ and make its README with
@@ -50,10 +50,10 @@ case "${1:-examples}" in
       tests/gpu/test_redteam_timing_gpu.py 2>&1 | tee "$OUT/speed/redteam_tests.log" | tail -60 ;;
   bench)
     LB="${2:-lb}"
-    python3 - "$LB" "$OUT/speed/first40.json" <<'PY'
+    python3 - "$LB" "$OUT/speed/first40.json" "${BENCH_N:-40}" <<'PY'
 import json, sys
 rows = json.load(open(f"{sys.argv[1]}/docs/assets/raw_data.json"))
-json.dump(rows[:40], open(sys.argv[2], "w"))
+json.dump(rows[:int(sys.argv[3])], open(sys.argv[2], "w"))
 PY
     started=$(date +%s)
     timeout -s INT -k 20 540 python3 -m kernelloop.cli bench leaderboard --list "$OUT/speed/first40.json" \
