@@ -16,7 +16,8 @@ import pytest
 from kernelloop.evals.report import NOTES_MD, REPORT_HTML, REPORT_MD, SUMMARY_JSON, regenerate
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
-BENCH_REPORTS = ["h100_examples", "h100_attention_baselines"]  # python -m kernelloop.evals.report DIR
+BENCH_REPORTS = ["h100_examples", "h100_attention_baselines",  # python -m kernelloop.evals.report DIR
+                 *(f"h200_timed_leaderboard/run{i}" for i in (1, 2, 3))]
 SCRIPT_REPORTS = {"trust_boundary": "corpus_run.py", "h100_kernelbench_baselines": "kernelbench_baselines.py",
                   "h100_large_references": "large_references.py", "h100_attention_starters": "attention_starters.py",
                   "h100_attention_eval_cost": "attention_baselines.py", "h100x2_pool_throughput": "pool_throughput.py",
@@ -42,7 +43,7 @@ def _script(name: str):
 def test_a_bench_report_is_made_again_from_its_raw_files(tmp_path, name):
     shipped = RESULTS / name
     remade = tmp_path / name
-    remade.mkdir()
+    remade.mkdir(parents=True)
     for raw in [*shipped.glob("results*.jsonl"), shipped / NOTES_MD]:
         if raw.is_file():
             shutil.copy(raw, remade / raw.name)
@@ -61,7 +62,8 @@ def test_a_benchmark_readme_is_made_again_from_its_raw_files(name):
 
 def test_every_generated_report_is_checked_here():
     """A new report dir must be added above, with the code that makes it."""
-    made = {p.parent.name for p in RESULTS.glob("*/report.md")}
+    made = {str(p.parent.relative_to(RESULTS))
+            for p in [*RESULTS.glob("*/report.md"), *RESULTS.glob("h200_timed_leaderboard/*/report.md")]}
     written_by = {p.parent.name for p in RESULTS.glob("*/README.md") if "Written by `benchmarks/" in p.read_text()}
     assert made == set(BENCH_REPORTS)
     assert written_by == set(SCRIPT_REPORTS)
