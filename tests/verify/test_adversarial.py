@@ -174,15 +174,6 @@ _OPEN = {
                                                   "matmul and back before it returns is never seen",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
-# The lint alone let through (the boundary held: nothing planted, nothing leaked, rejected for leaving the work to torch)
-OPEN_WITH_RULES["review37_cpp_basic_ifstream_host_files"] = (
-    "native_scan denies fstream/ifstream/ofstream/filebuf by whole name: std::basic_ifstream<char>, "
-    "std::basic_ofstream<char>, std::wifstream pass, and ATen/cuda/tunable/Tunable.h (an allowed header) brings <fstream>")
-OPEN_WITH_RULES["review38_cpp_from_file_out_host_files"] = (
-    "native_scan denies at::from_file by whole name: its out variants at::from_file_out and at::from_file_outf pass")
-OPEN_WITH_RULES["review38_cpp_dynamic_library_libc_system"] = (
-    "ATen/DynamicLibrary.h is under ALLOWED_HEADERS' ATen/ tree and at::DynamicLibrary on no deny list: "
-    "the dynamic loader reaches any C library function")
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
 
 
