@@ -174,10 +174,6 @@ _OPEN = {
                                                   "matmul and back before it returns is never seen",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
-# The lint alone let through (the boundary held: nothing planted, nothing leaked, rejected for leaving the work to torch)
-OPEN_WITH_RULES["review37_cpp_basic_ifstream_host_files"] = (
-    "native_scan denies fstream/ifstream/ofstream/filebuf by whole name: std::basic_ifstream<char>, "
-    "std::basic_ofstream<char>, std::wifstream pass, and ATen/cuda/tunable/Tunable.h (an allowed header) brings <fstream>")
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
 
 

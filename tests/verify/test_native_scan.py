@@ -289,3 +289,77 @@ def test_an_expression_is_no_declaration(expression):
 def test_a_function_returning_a_struct_is_no_class_body():
     why = first_unknown("struct S { int a; };\nstruct S make() { statvfs(\"/\", 0); int statvfs = 0; return S{statvfs}; }")
     assert why is not None and "statvfs" in why, why
+
+
+# review37/38: a denied family is refused by the parts of its names, not only its whole names; the headers under an
+# allowed tree that bring what torch/extension.h does not (and reaches outside) are refused, as is a path that steps out.
+@pytest.mark.parametrize(("body", "named"), [
+    ('std::basic_ifstream<char> f("/etc/passwd");', "basic_ifstream"),
+    ('std::basic_ofstream<char> f("/tmp/x");', "basic_ofstream"),
+    ('std::basic_fstream<char> f("/tmp/x");', "basic_fstream"),
+    ('std::wifstream f("/x");', "wifstream"),
+    ('std::wofstream f("/x");', "wofstream"),
+    ('std::wfstream f("/x");', "wfstream"),
+    ("std::basic_filebuf<char> b;", "basic_filebuf"),
+    ("std::wfilebuf b;", "wfilebuf"),
+    ("std::__basic_file<char> b;", "__basic_file"),
+    ("__gnu_cxx::stdio_filebuf<char> b(3, std::ios::in);", "__gnu_cxx"),
+    ('namespace s = std; s::basic_ifstream<char> f("/x");', "basic_ifstream"),
+    ("std::wstring s; std::getline(std::wcin, s);", "wcin"),
+    ('int v; std::scanf("%d", &v);', "scanf"),
+    ("std::getchar();", "getchar"),
+    ('at::from_file_out(x, "/etc/passwd", false, 16);', "from_file_out"),
+    ('at::from_file_outf("/x", true, 16, x);', "from_file_outf"),
+    ('at::_ops::from_file_out::call("/x", true, 1, x);', "from_file_out"),
+    ('at::MapAllocator m("/etc/passwd", 0, 16);', "MapAllocator"),
+    ('at::RefcountedMapAllocator m("/x", 0, 16);', "RefcountedMapAllocator"),
+    ('at::DynamicLibrary lib("libc.so.6");', "DynamicLibrary"),
+    ("at::intraop_launch([]{});", "intraop_launch"),
+    ('std::experimental::filesystem::remove("/x");', "filesystem"),
+])
+def test_a_denied_family_is_refused_by_the_parts_of_its_names(body, named):
+    why = first_unknown(WRAPPER.format(body))
+    assert why is not None and named in why, why
+
+
+@pytest.mark.parametrize(("source", "named"), [
+    ('using namespace std;\nvoid g() { basic_ifstream<char> f("/x"); }', "basic_ifstream"),
+    ('using namespace std;\nvoid g() { wifstream f("/x"); }', "wifstream"),
+    ('namespace mine { using namespace std; }\nvoid g() { mine::basic_ifstream<char> f("/x"); }', "basic_ifstream"),
+    ("using std::basic_filebuf;\n", "basic_filebuf"),
+    ("struct B : std::basic_filebuf<char> {};\n", "basic_filebuf"),
+    ('#define FS basic_ifstream\nvoid g() { std::FS<char> f("/x"); }', "basic_ifstream"),
+])
+def test_the_stream_templates_are_refused_however_they_are_reached(source, named):
+    why = first_unknown(source)
+    assert why is not None and named in why, why
+
+
+@pytest.mark.parametrize("header", [
+    "ATen/cuda/tunable/Tunable.h", "ATen/cuda/tunable/TunableGemm.h", "ATen/hip/tunable/Tunable.h",
+    "ATen/DynamicLibrary.h", "ATen/MapAllocator.h", "c10/util/FileSystem.h", "c10/util/signal_handler.h",
+    "ATen/../../../../usr/include/c++/12/fstream", "cuda/../../../usr/include/dlfcn.h", "ATen/./cuda/tunable/Tunable.h",
+    "./ATen/ATen.h", "c10/util/../util/FileSystem.h",
+])
+def test_headers_past_what_kernels_need_are_refused(header):
+    why = first_unknown(f"#include <{header}>\n")
+    assert why is not None and header in why, why
+
+
+def test_honest_near_misses_pass():
+    # the candidate's own names may hold the parts (only a member of a namespace is judged by them), and the
+    # headers kernels include stay allowed
+    headers = "".join(f"#include <{h}>\n" for h in (
+        "torch/extension.h", "ATen/ATen.h", "ATen/cuda/CUDAContext.h", "ATen/cuda/CUDAEvent.h", "ATen/cuda/Atomic.cuh",
+        "ATen/native/cuda/Loops.cuh", "ATen/Dispatch.h", "c10/cuda/CUDAGuard.h", "c10/util/Half.h", "cuda/std/cstdint"))
+    source = headers + """
+struct Cfg { int filebuf_bytes; };
+static int load_from_file_cache(int fstream_like) { return fstream_like; }
+torch::Tensor f(torch::Tensor x, int filebuffer_size) {
+    Cfg cfg; cfg.filebuf_bytes = 1;
+    int from_file_count = load_from_file_cache(filebuffer_size);
+    std::wcout << from_file_count << std::endl;
+    return x * (cfg.filebuf_bytes + from_file_count);
+}
+"""
+    assert first_unknown(source) is None

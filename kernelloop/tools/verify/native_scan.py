@@ -19,7 +19,8 @@ that rewrote the claims the parent reads; `read`, `write`, `dup`, `fcntl`, `clon
   torch's macros (TORCH_CHECK, AT_DISPATCH_*, C10_*), PYBIND11_MODULE and TORCH_EXTENSION_NAME;
 - a qualified name under an allowed namespace (`ALLOWED_ROOTS`: std, torch, at, c10, cub, thrust,
   nvcuda, cooperative_groups, cuda), minus what reaches outside (`DENIED_MEMBERS`: threads, files,
-  the environment, TorchScript, operator registration, at::launch), or under pybind11 (`py::`)
+  the environment, TorchScript, operator registration, at::launch; `DENIED_MEMBER_PARTS`: any name
+  holding fstream, filebuf, from_file ...), or under pybind11 (`py::`)
   only what a module definition needs (`PY_ALLOWED`: arg, module_, ...; never eval, exec, import,
   globals, object).
 
@@ -28,13 +29,15 @@ it reaches the C library without a header), nor may it give a name libc also has
 function, type, macro or name at namespace scope: an own `write(float*)` overload leaves libc's
 `write(int, ...)` a call away. The Python C API (`PY_API`: Py*, _Py*) is refused as a name even
 where the source declares it. Member calls (`x.size(0)`) are left to the type they are called on,
-except pybind11's `.attr` and `.import` and `.ptr`. Headers must be on `ALLOWED_HEADERS`.
+except pybind11's `.attr` and `.import` and `.ptr`. Headers must be on `ALLOWED_HEADERS`, off
+`DENIED_HEADERS`, and in normal form.
 
 This is a lint, not the boundary (the sandbox is): text the module builds at run time is not seen.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 ALLOWED_HEADERS = re.compile(
@@ -49,6 +52,12 @@ ALLOWED_HEADERS = re.compile(
     r"unordered_map|set|unordered_set|memory|initializer_list|iterator|optional|cmath|complex|bitset|deque|"
     r"list|queue|stack|chrono|random|mutex|atomic|stdexcept|exception|iomanip|cstdarg)"
 )
+# Headers under those trees that bring what torch/extension.h does not and kernels never need: <fstream>
+# (tunable's results files), <filesystem>, signal handlers, dlopen and dlsym (at::DynamicLibrary), files mapped
+# into memory (at::MapAllocator). A path must be in normal form: `..`, `.` or `//` would step out of a tree
+# (<ATen/../../../usr/include/c++/12/fstream>) or past this list.
+DENIED_HEADERS = re.compile(r"ATen/(?:cuda|hip)/tunable/\S+|ATen/(?:DynamicLibrary|MapAllocator)\.h|"
+                            r"c10/util/(?:FileSystem|signal_handler)\.h")
 KEYWORDS = frozenset("""
 if for while do switch case default break continue return goto else sizeof alignof alignas decltype typeid
 static_cast reinterpret_cast const_cast dynamic_cast new delete this const constexpr consteval constinit static
@@ -138,7 +147,13 @@ DENIED_MEMBERS = frozenset({
     "jit", "load", "save", "from_file", "pickle_load", "pickle_save", "serialize", "launch", "Library",
     "RegisterOperators", "Dispatcher", "python", "impl", "utils", "get_env", "set_env", "ThreadPool",
     "TaskThreadPool", "PyInterpreter", "set_num_threads", "set_num_interop_threads", "Module", "compile",
+    "wcin", "scanf", "vscanf", "getchar", "gets", "intraop_launch", "launch_no_thread_state", "DynamicLibrary",
 })
+# Parts of a member's name that reach files however the rest is spelled: the stream and buffer templates
+# (basic_ifstream, wofstream, basic_filebuf, wfilebuf, std::__basic_file, __gnu_cxx::stdio_filebuf), from_file's
+# out variants (at::from_file_out reads a file into a tensor, or with shared=true creates and writes one), the
+# file mapping allocators.
+DENIED_MEMBER_PARTS = re.compile(r"fstream|filebuf|basic_file|from_file|MapAllocator")
 PY_ALLOWED = frozenset({"arg", "arg_v", "module", "module_", "call_guard", "gil_scoped_release",
                         "return_value_policy", "overload_cast", "kw_only", "pos_only", "reference_internal", "move",
                         "copy", "reference", "automatic", "take_ownership"})
@@ -674,7 +689,8 @@ def first_unknown(text: str) -> str | None:
     source = _Source(text)
     for directive in source.directives:
         include = re.match(r"#\s*include\s*[<\"]\s*([^>\"]+?)\s*[>\"]", directive)
-        if include and not ALLOWED_HEADERS.fullmatch(include.group(1)):
+        if include and (not ALLOWED_HEADERS.fullmatch(include.group(1)) or DENIED_HEADERS.fullmatch(include.group(1))
+                        or posixpath.normpath(include.group(1)) != include.group(1)):
             return f"#include <{include.group(1)}> is not a header kernels need"
         if not include and not re.match(r"#\s*(?:define|undef|if|ifdef|ifndef|elif|else|endif|pragma|error)\b",
                                         directive):
@@ -707,7 +723,7 @@ def first_unknown(text: str) -> str | None:
             if root in ("py", "pybind11"):
                 if token not in PY_ALLOWED:
                     return f"`{root}::{token}` reaches the Python interpreter (a module definition needs only m.def)"
-            elif token in DENIED_MEMBERS or DENIED_CUDA.fullmatch(token):
+            elif token in DENIED_MEMBERS or DENIED_MEMBER_PARTS.search(token) or DENIED_CUDA.fullmatch(token):
                 return f"`{root}::{token}` reaches past a kernel's business (threads, files, the environment, " \
                        "TorchScript or operator registration)"
             continue
