@@ -139,56 +139,27 @@ def _fixture_module(stem: str):
     return module
 
 
-class _LoggingTimer:
-    """A CallTimer that logs when each call's timed region opens and closes."""
-
-    def __init__(self, log: list[str]):
-        self.log = log
-
-    def start(self) -> None:
-        self.log.append("start")
-
-    def stop(self) -> None:
-        self.log.append("stop")
-
-    def collect_ms(self) -> list[float]:
-        return [1.0]  # one call a round here
-
-    def sync(self) -> None:
-        pass
-
-    def hold(self, ms: float) -> None:
-        pass
-
-
-def test_a_lazy_output_list_runs_its_kernel_after_the_calls_stop_event(monkeypatch):
-    """review38_lazy_output_list.py under Triton's interpreter, in the timing loop the candidate's child runs
-    (timing.Rounds with the harness's `after`: Kept.keep of the flattened output): its forward launches nothing,
-    and the kernel runs when `after` flattens the list, once the stop event is recorded. The events of a GPU
-    would time an empty call; the kept output is right, so every digest and checked call is too."""
+def test_a_lazy_output_list_never_runs_its_kernel_when_its_outputs_are_read(monkeypatch):
+    """review38_lazy_output_list.py under Triton's interpreter: its forward launches nothing and returns a
+    list subclass whose __iter__ would launch the kernel when the harness reads the outputs (after a timed
+    call's stop event). flatten_outputs reads a list subclass as a list holds it: no items, no kernel."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    from kernelloop.tools.profile.timing import Rounds
     from kernelloop.tools.verify.compare import flatten_outputs
-    from kernelloop.tools.verify.kept_outputs import Kept
 
     module = _fixture_module("review38_lazy_output_list")
     original = module.relu_kernel.run
+    log: list[str] = []
 
     def counted(*args, **kwargs):
         log.append("kernel")
         return original(*args, **kwargs)
 
     monkeypatch.setattr(module.relu_kernel, "run", counted)
-    log: list[str] = []
-    x = torch.randn(37, 129)
-    model = module.ModelNew()
-    kept = Kept([[list(x.shape), "float32"]], 2, "cpu")
-    timer = _LoggingTimer(log)
-    rounds = Rounds({"candidate": lambda i: model(x)}, 1, timer, lambda: 0.0,
-                    after=lambda name, output: kept.keep(flatten_outputs(output)))
-    rounds.block(1)
-    assert log == ["start", "stop", "kernel"], log  # the work ran after its call's timed region closed
-    assert torch.equal(kept.raw(0).view(torch.float32).view(x.shape), torch.relu(x))  # and what was kept is right
+    result = module.ModelNew()(torch.randn(37, 129))
+    assert isinstance(result, list) and type(result) is not list
+    assert flatten_outputs(result) == [] and log == []
+    assert [type(t) for t in flatten_outputs((torch.ones(1), [torch.ones(2)]))] == [torch.Tensor, torch.Tensor]
+    assert len(flatten_outputs(torch.ones(3, 2).max(dim=1))) == 2  # torch's own tuple subclasses read as before
 
 
 @pytest.mark.xfail(strict=True, reason="open: the static rules walk a candidate's AST about 33 times (one ast.walk "

@@ -456,9 +456,16 @@ def tolerance_words(refs: list, overrides: dict | None = None) -> str:
 
 
 def flatten_outputs(result) -> list:
-    """A forward may return a tensor or a (nested) tuple/list of them; non-tensors are kept for the type check."""
-    if isinstance(result, (tuple, list)):
-        return [item for part in result for item in flatten_outputs(part)]
+    """A forward may return a tensor or a (nested) tuple/list of them; non-tensors are kept for the type check.
+    A subclass's items are read as its base type holds them, never through its own `__iter__`: that is
+    the candidate's code, and it could compute its outputs when they are read (after a timed call's stop
+    event) rather than in the call (tests/fixtures/cheats/review38_lazy_output_list.py). `type()`, not
+    isinstance: a class can claim to be a list through `__class__`."""
+    kind = type(result)
+    if issubclass(kind, tuple):
+        return [item for part in tuple.__iter__(result) for item in flatten_outputs(part)]
+    if issubclass(kind, list):
+        return [item for part in list.__iter__(result) for item in flatten_outputs(part)]
     return [result]
 
 

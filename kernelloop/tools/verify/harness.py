@@ -409,7 +409,8 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
     `reuse`: device tensors of an earlier call to copy the new
     values into, so a candidate that caches by data_ptr or id sees a pointer it knows holding values it hasn't seen.
     `costs` gets each step's seconds: "inputs_s" (to the device, and the pristine copies), "poison_s", "forward_s" (the
-    forward, JIT included), "checks_s" (alias and input-write checks) and "outputs_s" (to the host).
+    forward, JIT included), "checks_s" (alias and input-write checks), "outputs_s" (to the host) and
+    "backward_s" (BACKWARD problems: the backward and its checks).
     `recorder` records the ops of the forward alone (not this harness's copies and checks around it).
     The forward runs at the reference's precision (declared_precision: TF32 off), which it must leave
     as it found it (switched_precision).
@@ -452,14 +453,18 @@ def run_one(model, inputs_cpu: list, device: str, specs: list, reuse: list | Non
             return [], inputs, (Code.wrong_type,
                                 f"tensor subclass: output {index} is a {type(o).__name__}, not a plain torch.Tensor")
     problem = aliasing(out, inputs) or mutated(inputs, pristine)
+    lap("checks_s")
+    # Read as the forward returned them (a copy on the CPU too: a buffer it reuses stays its own), before
+    # any backward: the backward runs unrecorded and could write the forward's answer into them
+    # (tests/fixtures/cheats/review38_backward_writes_forward_output.py).
+    host = [o.detach().to("cpu", copy=True) for o in out]
+    lap("outputs_s")
     if backward is not None:
         try:
             problem = problem or run_backward(model, inputs, out, pristine, backward, device, poison_value)
         finally:
             _end_backward(model, inputs)
-    lap("checks_s")
-    host = [o.detach().to("cpu", copy=True) for o in out]  # a copy on the CPU too: a buffer it reuses stays its own
-    lap("outputs_s")
+        lap("backward_s")
     if costs is not None:
         costs.update(steps.laps)
     return host, inputs, problem
