@@ -48,8 +48,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PROBLEMS = FIXTURES / "problems"
 SECRET = "sk-test-SECRET-1234"
 # The corpus runs on tiny problems: honest candidates finish in seconds, so these limits only
-# decide how long the two infinite-loop fixtures cost (the first trial runs in the compile phase).
-CPU_COMPILE_TIMEOUT_S = 30.0
+# decide how long the two infinite-loop fixtures cost (the first trial runs in the compile phase),
+# and whether a C++ fixture's build (g++ on a loaded 2-core machine: over 30 s) finishes in time.
+CPU_COMPILE_TIMEOUT_S = 90.0
 CPU_RUN_TIMEOUT_S = 30.0
 # The verifier's pid and parent at import: a candidate that kills "its parent" must not reach either.
 TEST_PID = os.getpid()

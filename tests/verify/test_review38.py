@@ -227,3 +227,16 @@ def test_one_mcp_caller_never_sees_or_cancels_anothers_jobs(tmp_path, monkeypatc
     with JobManager(tmp_path / "ws", pool_factory=ScriptedPool) as manager:
         job_id, listed, read_refused, cancel_refused = anyio.run(sessions, build_server(manager, "cpu"))
     assert job_id not in listed and read_refused and cancel_refused
+
+
+def test_a_cuda_graph_of_the_candidates_own_is_refused_by_the_lint():
+    """review38_cuda_graph_hides_torch.py (GPU only) replays torch work from its own graph, which no op
+    record sees: the lint refuses graph names where they are torch's (attributes, imports), not a variable."""
+    import ast
+
+    from kernelloop.tools.verify.static_check import check_streams
+
+    source = (FIXTURES / "cheats" / "review38_cuda_graph_hides_torch.py").read_text()
+    assert "CUDA graph" in (check_streams(ast.parse(source)) or "")
+    assert "make_graphed_callables" in (check_streams(ast.parse("from torch.cuda import make_graphed_callables")) or "")
+    assert check_streams(ast.parse("graph = {}\nedges = graph.get(1)\n")) is None
