@@ -121,7 +121,11 @@ def _numbers(verdict, started: float) -> dict:
             "timing_parts_s": {k: round(v, 3) for k, v in verdict.cost_s.items()
                                if (k.startswith("timing_") and k != "timing_s") or k.startswith("child_timing_setup")},
             # replayed windows' steps per side (fill, run, keep, excess: ms), to calibrate the clock's allowance
-            "window_steps_ms": {name: t.window_steps_ms for name, t in verdict.timings.items() if t.window_steps_ms}}
+            "window_steps_ms": {name: t.window_steps_ms for name, t in verdict.timings.items() if t.window_steps_ms},
+            # each side's events beyond the median: an outlier verification (run 13's 4_RMSNorm, 8x) shows here
+            # whether its rounds moved together (min up too) or a part of them (min unchanged, iqr wide)
+            "events_ms": {name: {"min": t.min_ms, "median": t.median_ms, "iqr": t.iqr_ms, "mean": t.mean_ms,
+                                 "samples": t.samples} for name, t in verdict.timings.items()}}
 
 
 def verify(verifier: Verifier, candidate: Path, problem: Path, fresh: bool = True, rules: bool = True) -> dict:
