@@ -169,9 +169,6 @@ _OPEN = {
     "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
                              "from a value it made itself, and numpy's work records no torch op (the verdict says "
                              "\"in-process claim\"; --strict-claims refuses it)",
-    "review37_precision_flip_restore_in_forward": "precision_changes reads torch's settings only after a call or "
-                                                  "request ends: a forward that switches TF32 on for its torch "
-                                                  "matmul and back before it returns is never seen",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 # The lint alone let through (the boundary held: nothing planted, nothing leaked, rejected for leaving the work to torch)
