@@ -116,10 +116,11 @@ def _guarded(setter: _Setter, original: Callable[..., Any], getter: Callable[...
 
 def _state(getters: dict[str, Callable[..., Any]]) -> Callable[[], dict]:
     """A reader of every setting SETTERS write, through the getters as they were at install."""
-    fp32 = getters.pop("_get_fp32_precision_getter", None)
+    fp32 = getters.get("_get_fp32_precision_getter")
+    plain = {name: getter for name, getter in getters.items() if getter is not fp32}
 
     def state() -> dict:
-        now = {name: _read(getter) for name, getter in getters.items()}
+        now = {name: _read(getter) for name, getter in plain.items()}
         if fp32 is not None:
             now.update({pair: _read(fp32, *pair) for pair in FP32_NODES})
         return now
