@@ -170,9 +170,6 @@ _OPEN = {
     "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
                              "from a value it made itself, and numpy's work records no torch op (the verdict says "
                              "\"in-process claim\"; --strict-claims refuses it)",
-    "review37_precision_flip_restore_in_forward": "precision_changes reads torch's settings only after a call or "
-                                                  "request ends: a forward that switches TF32 on for its torch "
-                                                  "matmul and back before it returns is never seen",
     "review38_backward_left_to_autograd": "the rules on who did the work read the forward alone (architecture.md's "
                                           "Known gaps, issue 37): a backward left to torch's autograd is correct",
     "review38_gate_beside_cheaper_torch": "the op-agnostic total counts torch's elements, not its function: a probe "

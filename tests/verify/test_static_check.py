@@ -301,3 +301,31 @@ def test_a_module_too_deep_to_check_is_a_syntax_verdict_not_a_crash():
         deeper = Candidate(source="import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\nx = " + " + ".join(["1"] * terms))
         found = deeper.syntax_problem()
         assert found is not None and "nested too deeply" in found[1]
+
+
+@pytest.mark.parametrize("snippet, setter", [
+    ('import torch\ntorch.set_float32_matmul_precision("high")', "torch.set_float32_matmul_precision"),
+    ("import torch\np = 'high'\ntorch.set_float32_matmul_precision(p)", "torch.set_float32_matmul_precision"),
+    ("import torch\ns = torch.set_float32_matmul_precision\ns('highest')", "torch.set_float32_matmul_precision"),
+    ("from torch import set_float32_matmul_precision as s", "torch.set_float32_matmul_precision"),
+    ("import torch\ntorch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)",
+     "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp"),
+    ("import torch\nwith torch.backends.cudnn.flags(enabled=False):\n    pass", "torch.backends.cudnn.flags"),
+    ("import torch\nb = torch.backends.mkldnn\nb.set_flags(True)", "b.set_flags"),
+    ("from torch.backends.cudnn import flags", "torch.backends.cudnn.flags"),
+])
+def test_a_call_that_changes_torchs_precision_is_refused(snippet, setter):
+    """Assignments to torch.backends are monkeypatches; the setters that are calls (and the backends'
+    flags(), TF32 on by default) are refused as what they do, in the runtime lock's words."""
+    reason = first_violation(snippet)
+    assert reason is not None and reason.startswith(f"changes precision: `{setter}` at line"), reason
+
+
+@pytest.mark.parametrize("snippet", [
+    'import torch\ntorch.set_float32_matmul_precision("highest")',  # the declared setting: a no-op
+    "import torch\ntorch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(False)",
+    "import torch\nx = torch.backends.cuda.matmul.allow_tf32",  # reading one
+    "import numpy as np\nx = np.zeros(3)\ny = x.flags",  # an array's flags, not a backend's
+])
+def test_the_declared_precision_and_other_flags_pass(snippet):
+    assert first_violation(snippet) is None

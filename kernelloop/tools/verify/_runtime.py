@@ -14,6 +14,8 @@ from contextlib import contextmanager
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernelloop.tools.verify import precision_lock
+
 INIT_SEED = 42
 # aten ops that move, view or allocate memory but compute nothing: they don't count as
 # "the reference's compute", and a candidate may call them freely around its kernels.
@@ -148,6 +150,13 @@ PRECISION_NODES = ("", "cuda", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn"
 # reads them without an error.
 DECLARED_PRECISION = {"": "none", "cuda.matmul": "ieee", "cudnn": "none", "cudnn.conv": "none", "cudnn.rnn": "none",
                       "mkldnn": "none", "mkldnn.matmul": "ieee", "mkldnn.conv": "none", "mkldnn.rnn": "none"}
+# Beside fp32_precision, how float16/bfloat16 products are summed (cuBLAS, SDPA's math path, the CPU):
+# held as they stand (torch's defaults) rather than declared, and read through torch._C's getters (a
+# cuBLAS attribute gives half of a pair), under their setter's name. A C++ extension can set them
+# past the lock (precision_lock), so they are read after every call with the rest.
+REDUCTION_SETTERS = ("_set_cublas_allow_fp16_reduced_precision_reduction", "_set_cublas_allow_bf16_reduced_precision_reduction",
+                     "_set_cublas_allow_fp16_accumulation", "_set_math_sdp_allow_fp16_bf16_reduction",
+                     "_set_cpu_allow_fp16_reduced_precision_reduction")
 
 
 def _node(name: str):
@@ -158,13 +167,20 @@ def _node(name: str):
 
 
 def precision_flags() -> dict[str, str]:
-    """Every node's fp32_precision as it stands ("ieee", "tf32", "bf16", "none": its parent's); a
-    node this build lacks, or one never set that can't be read (torch.backends.cuda), is left out."""
+    """Every node's fp32_precision as it stands ("ieee", "tf32", "bf16", "none": its parent's), then
+    the reduction settings (REDUCTION_SETTERS, by label); a node this build lacks, or one never set
+    that can't be read (torch.backends.cuda), is left out."""
     flags = {}
     for name in PRECISION_NODES:
         try:
             flags[name] = str(_node(name).fp32_precision)
         except (AttributeError, RuntimeError):  # absent, or never set: nothing reads it as set
+            continue
+    for name in REDUCTION_SETTERS:
+        setter = precision_lock.SETTERS[name]
+        try:
+            flags[setter.label] = str(getattr(torch._C, setter.getter)())
+        except Exception:  # noqa: BLE001 - absent (an older torch), or replaced by one that raises: left out
             continue
     return flags
 
@@ -222,12 +238,18 @@ def declared_precision() -> Iterator[dict[str, str]]:
         set_precision_flags(before)
 
 
+def _flag_label(name: str) -> str:
+    return f"torch.backends{'.' if name else ''}{name}.fp32_precision" if name in PRECISION_NODES else name
+
+
 def precision_changes(declared: dict[str, str]) -> dict[str, str]:
     """The settings that no longer read as `declared` (what declared_precision yielded), as
-    {node: "was -> now"}: empty where nothing changed them."""
+    {setting: "was -> now"}, and every write the lock refused (precision_lock.refused: a candidate
+    may catch the error): empty where nothing changed them and nothing tried."""
     now = precision_flags()
-    return {f"torch.backends{'.' if name else ''}{name}.fp32_precision": f"{value} -> {now.get(name, 'unreadable')}"
-            for name, value in declared.items() if now.get(name) != value}
+    changed = {_flag_label(name): f"{value} -> {now.get(name, 'unreadable')}"
+               for name, value in declared.items() if now.get(name) != value}
+    return {**changed, **precision_lock.refused()}
 
 
 def seed_all(seed: int) -> None:

@@ -35,7 +35,7 @@ from kernelloop.records import STATUS_OF, Code
 from kernelloop.sandbox.channel import Channel, ChannelClosed
 from kernelloop.tools.profile.measure import AGAIN, CANDIDATE
 from kernelloop.tools.profile.stopwatch import Stopwatch
-from kernelloop.tools.verify import build_job, op_records
+from kernelloop.tools.verify import build_job, op_records, precision_lock
 from kernelloop.tools.verify._runtime import (
     INIT_SEED,
     OpRecorder,
@@ -303,20 +303,20 @@ def mutated(inputs: list, pristine: list) -> tuple[Code, str] | None:
 
 
 def switched_precision(changed: dict[str, str], where: str = "its forward") -> tuple[Code, str]:
-    """A forward that changed torch's float32 precision settings. The child holds them at the
-    reference's (hold_declared_precision: TF32 off) for every call, checked or timed, and reads them
-    after each checked run and each of the parent's timing requests. A change is rejected, not only
-    undone: in a checked run it can only lose accuracy against the reference, so its one use is to
-    run torch's ops below the declared precision where nothing compares them (the timed calls), and
-    a forward that flips process-wide settings changes its caller's numerics besides (like writing
-    to its inputs). A forward that switches and restores them within one call is not seen here
-    (architecture.md, Known gaps). A change at import or in ModelNew(...) is rejected too
-    (run_candidate)."""
+    """A forward that changed torch's float32 precision settings, or tried to. The child holds them at
+    the reference's (hold_declared_precision: TF32 off) for every call, checked or timed, locks them
+    (precision_lock: a write of another value raises, and is recorded) and reads them after each
+    checked run and each of the parent's timing requests. A change is rejected, not only undone: in a
+    checked run it can only lose accuracy against the reference, so its one use is to run torch's ops
+    below the declared precision where nothing compares them (the timed calls), and a forward that
+    flips process-wide settings changes its caller's numerics besides (like writing to its inputs).
+    A change at import or in ModelNew(...) is rejected too (run_candidate)."""
     what = ", ".join(f"{name} {change}" for name, change in sorted(changed.items()))
+    tried = all(change.endswith("(refused)") for change in changed.values())
     return (Code.changes_precision,
-            f"changes precision: {where} switched torch's float32 precision ({what}); "
-            "torch's ops are judged at the reference's precision (TF32 off), and only a kernel of its own may "
-            "choose TF32")
+            f"changes precision: {where} {'tried to switch' if tried else 'switched'} torch's float32 precision "
+            f"({what}); torch's ops are judged at the reference's precision (TF32 off), and only a kernel of its own "
+            "may choose TF32")
 
 
 @dataclass
@@ -494,12 +494,13 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     shuffled = _shuffle_interpreter(job)
     steps.lap("hooks_s")
     settings = hold_declared_precision()  # every call's, checked or timed: its own code may not change them
+    precision_lock.install()  # ... nor switch them and back within one call, where no read after it sees
     try:
         names = reference_names(job)  # a run of the reference's source, where it takes names from it
         candidate = import_source(Path(job["candidate_path"]), "kernelloop_candidate", names=names)
-    except Exception as exc:  # import errors are the candidate's compile errors
-        return {"status": "compile_error", "code": Code.import_failed.value,
-                "reason": f"compile: the candidate failed to import: {exc}".splitlines()[0]}
+    except Exception as exc:  # import errors are the candidate's compile errors (but a refused precision write)
+        failed = f"compile: the candidate failed to import: {exc}".splitlines()[0]
+        return _switched_or(settings, "its import", Code.import_failed, failed)
     if not hasattr(candidate, "ModelNew"):
         return {"status": "compile_error", "code": Code.no_modelnew.value,
                 "reason": "modelnew: the candidate defines no ModelNew"}
@@ -521,8 +522,8 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
     try:
         model = candidate.ModelNew(*given["init_inputs"]).to(device)
     except Exception as exc:
-        return {"status": "compile_error", "code": Code.modelnew_failed.value,
-                "reason": f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"}
+        failed = f"modelnew: ModelNew(*get_init_inputs()) failed: {error_line(exc)}"
+        return _switched_or(settings, "ModelNew(...)", Code.modelnew_failed, failed)
     synchronize(device)
     steps.lap("model_s")
     changed = precision_changes(settings)
@@ -553,10 +554,20 @@ def run_candidate(job: dict[str, Any], channel: Channel) -> dict[str, Any]:
         if isinstance(exc, SystemExit):
             return {"status": "runtime_error", "code": Code.exited.value,
                     "reason": f"exited: the candidate called sys.exit({exc.code})"}
-        code, reason = classify_exception(exc)
+        changed = precision_changes(settings)  # a write the lock refused raises (or its caller's own error)
+        code, reason = switched_precision(changed, session.doing) if changed else classify_exception(exc)
         traceback.print_exc()
         return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason,
                 "launches": dict(counter.launches)}
+
+
+def _switched_or(settings: dict[str, str], where: str, code: Code, reason: str) -> dict[str, Any]:
+    """A setup step's failure, unless the precision settings changed or a write to them was refused
+    (the lock's error, or whatever the candidate raised after catching it): then that."""
+    changed = precision_changes(settings)
+    if changed:
+        code, reason = switched_precision(changed, where)
+    return {"status": STATUS_OF[code].value, "code": code.value, "reason": reason}
 
 
 def workload_layout(raw: object, trials: int, total: int) -> dict[str, tuple[int, int, list[int]]]:
@@ -609,6 +620,7 @@ class _CandidateSession:
         # BACKWARD problems: each trial set's upstream gradients (handed over) and the gradients' names
         self.upstream: list[list] | None = None
         self.gradient_names: list[str] = []
+        self.doing = "its forward"  # what a precision change is put down to: the trials, then each request's calls
 
     def _specs(self, index: int) -> list:
         return self.specs[index] if index < len(self.specs) else []
@@ -629,13 +641,14 @@ class _CandidateSession:
             kind = next(iter(request), None)
             if kind not in handlers:  # "done", or anything else: the parent has what it needs
                 return {"status": "ran", **self.claims()}
+            self.doing = f"a call of its {kind} request"
             with no_collection() if kind == "back" else contextlib.nullcontext():
                 answer = handlers[kind](request[kind])
             # Every call runs at the settings it was given (hold_declared_precision), timed ones too:
             # a forward that switched them where nothing compares its outputs is ended here.
             changed = precision_changes(self.settings)
             if changed:
-                return self._ended(*switched_precision(changed, f"a call of its {kind} request"))
+                return self._ended(*switched_precision(changed, self.doing))
             self.channel.send({kind: answer})
 
     def _ended(self, code: Code, reason: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Each check walks the candidate's AST and returns a one-line reason or None. The reasons use
 the vocabulary the verifier promises (see Verdict.reason): "forbidden import",
-"forbidden call", "try/except", "reference model", "monkeypatch", "stream or thread".
+"forbidden call", "try/except", "reference model", "monkeypatch", "changes precision", "stream or thread".
 When in doubt a check rejects: the coder gets the reason and can write it another way.
 
 These rules are a cheap early lint with clear reasons, not the security boundary (the sandbox
@@ -110,6 +110,12 @@ ALLOWED_DUNDER_DEFS = frozenset({"__init__", "__post_init__", "__repr__", "__str
                                  "__getitem__", "__call__"})
 # __exit__ receives the exception and may swallow it: a try/except in disguise.
 EXCEPTION_DUNDERS = frozenset({"__exit__", "__aexit__"})
+# torch's precision setters that are calls, not assignments (assignments to torch.backends are
+# monkeypatches already), with the one argument each may be called with: the declared setting, a
+# no-op (the candidate's child holds and locks them: precision_lock). The backends' flags() and
+# set_flags() write TF32 (allow_tf32=True by default) and are refused on any module.
+PRECISION_SETTERS = {"set_float32_matmul_precision": "highest", "allow_fp16_bf16_reduction_math_sdp": False}
+PRECISION_FLAGS = frozenset({"flags", "set_flags"})
 STREAM_NAMES = frozenset({"Stream", "stream", "set_stream", "ExternalStream", "StreamContext", "Event",
                           "Thread", "ThreadPoolExecutor"})
 # A CUDA graph of the candidate's own: its replay is no aten op, so torch work captured in it runs with
@@ -667,6 +673,42 @@ def check_monkeypatch(tree: ast.Module) -> str | None:
     return None
 
 
+def _declared_call(node: ast.AST, parents: dict[int, ast.AST], allowed: object) -> bool:
+    """Whether `node` is called right there with the one literal argument `allowed`."""
+    call = parents.get(id(node))
+    return (isinstance(call, ast.Call) and call.func is node and not call.keywords and len(call.args) == 1
+            and isinstance(call.args[0], ast.Constant) and type(call.args[0].value) is type(allowed)
+            and call.args[0].value == allowed)
+
+
+def _precision_setter(node: ast.AST, parents: dict[int, ast.AST], aliases: _Aliases) -> str | None:
+    """The precision setter `node` names, where it is anything but a call of the declared value."""
+    if isinstance(node, ast.ImportFrom):
+        module = node.module or ""
+        for alias in node.names:
+            if alias.name in PRECISION_SETTERS or (alias.name in PRECISION_FLAGS and module.startswith("torch.backends")):
+                return f"{module}.{alias.name}"
+        return None
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    if name in PRECISION_SETTERS and not _declared_call(node, parents, PRECISION_SETTERS[name]):
+        return ast.unparse(node)
+    if isinstance(node, ast.Attribute) and name in PRECISION_FLAGS and aliases.aliased(node.value):
+        return ast.unparse(node)
+    return None
+
+
+def check_precision(tree: ast.Module) -> str | None:
+    aliases = _Aliases(tree)
+    parents = _parents(tree)
+    for node in ast.walk(tree):
+        setter = _precision_setter(node, parents, aliases)
+        if setter:
+            # cast: a setter is found only on an import, a name or an attribute, each with a lineno
+            return (f"changes precision: `{setter}` at line {cast(ast.stmt, node).lineno}; torch's precision settings "
+                    "are held at the reference's (TF32 off), and only a kernel of its own may choose TF32 (tl.dot)")
+    return None
+
+
 def check_streams(tree: ast.Module) -> str | None:
     for node in ast.walk(tree):
         name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
@@ -1005,7 +1047,8 @@ def check_strings(tree: ast.Module, source: str | None = None) -> str | None:
 CHECKS: tuple[tuple[Code, Callable[[ast.Module], str | None]], ...] = (
     # Most specific first: assigning to Tensor.__eq__ is a monkeypatch before it is a dunder access.
     (Code.forbidden_import, check_imports), (Code.try_except, check_try), (Code.reference_model, check_reference),
-    (Code.monkeypatch, check_monkeypatch), (Code.stream_or_thread, check_streams), (Code.forbidden_call, check_calls),
+    (Code.monkeypatch, check_monkeypatch), (Code.changes_precision, check_precision),
+    (Code.stream_or_thread, check_streams), (Code.forbidden_call, check_calls),
     (Code.forbidden_import, check_submodule_paths), (Code.forbidden_call, check_build_arguments),
     (Code.forbidden_call, check_extension_sources),
 )
