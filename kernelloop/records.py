@@ -200,6 +200,7 @@ class TimingStats(Record):
     # calls) and "keep" (outputs kept, digested) in ms, and "excess": what its fill and keep took past
     # the trusted job's same steps, added to its window's time (timing_driver.Windows.excess_ms)
     window_steps_ms: dict[str, float] = field(default_factory=dict)
+    remeasured: bool = False  # its first rounds' events were over what its replayed windows allow, so measured again
 
 
 @dataclass
@@ -239,6 +240,9 @@ class Measurement(Record):
     window_steps_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # per side: TimingStats.window_steps_ms
     fresh_values: bool | None = None  # the trusted job: timed calls got values never seen (False: no float input)
     checked_rounds: list[int] = field(default_factory=list)  # rounds whose candidate output the parent checked
+    # sides whose events were over what their replayed windows allow (timing_driver.Windows.contradicted),
+    # for which every side's rounds were measured once more: the samples are the second measurement's
+    rounds_remeasured: list[str] = field(default_factory=list)
     parent_block_ms: list[float] = field(default_factory=list)  # the parent's clock around each block of rounds
     claimed_block_ms: list[float] = field(default_factory=list)  # device time the candidate claims in each block
     compile_s: dict[str, float] = field(default_factory=dict)  # baselines' compile times (trusted job)

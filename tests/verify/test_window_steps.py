@@ -173,3 +173,25 @@ def test_a_window_no_longer_than_its_overhead_is_measured_again_and_never_read_a
     stats.counted_ms, stats.clock = counted_ms(stats.median_ms, stats.host_ms_per_call)
     line = clock_line({"candidate": stats}, ["candidate"])
     assert "under the clock's resolution" in line and "0.0000" not in line, line
+
+
+def test_events_far_over_a_replayed_windows_run_step_are_contradicted_and_the_line_says_so():
+    """A run step's wall (round trip and all) bounds its calls' device time from above: run 13's 4_RMSNorm
+    read 0.163 ms events where its run step allowed 0.039 ms a call. Such a side's rounds are measured
+    again; events under the bound (or plain windows, which bound nothing step by step) are left alone."""
+    from kernelloop.records import Measurement
+    from kernelloop.tools.verify.speed import judge_speed
+
+    backs = _windows(candidate_fill=5.1)  # run steps: eager 3.0 ms, the candidate 4.0 ms, for 10 calls
+    bound = timing_driver.EVENTS_OVER_RUN_STEP
+    assert backs.contradicted({"eager": 0.29, "candidate": 0.39}) == []
+    assert backs.contradicted({"eager": 0.29, "candidate": 0.4 * bound + 0.01}) == ["candidate"]
+    assert backs.contradicted({"eager": 0.3 * bound + 0.01, "candidate": 0.1}) == ["eager"]
+    plain = Windows(10, {"eager": [3.0], "candidate": [0.5]}, [0.2])
+    assert plain.contradicted({"eager": 1.0, "candidate": 1.0}) == []
+    samples = {"candidate": [0.2] * 50, "candidate_again": [0.2] * 50, "eager": [0.3] * 50}
+    verdict = judge_speed(Measurement(samples_ms=samples, host_ms_per_call={"candidate": 0.25, "eager": 0.28},
+                                      replayed=["candidate", "eager"], window_calls={"candidate": 10, "eager": 10},
+                                      rounds_remeasured=["candidate"]))
+    assert verdict.timings["candidate"].remeasured and not verdict.timings["eager"].remeasured
+    assert "rounds measured again" in verdict.speed_source.split("; eager")[0], verdict.speed_source

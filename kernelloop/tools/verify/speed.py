@@ -121,6 +121,8 @@ def clock_line(stats: dict[str, TimingStats], names: list[str]) -> str:
         excess = item.window_steps_ms.get("excess", 0.0)
         if excess > 0:
             how += f", {excess:.3f} ms of writing its sets and keeping its outputs past the trusted job's counted"
+        if item.remeasured:
+            how += ", rounds measured again: the first ones' events were over what these windows allow"
         if host is None:
             parts.append(f"{name} by its events, {item.median_ms:.4f} ms a call (no back-to-back window)")
         elif item.clock == PARENT_CLOCK:
@@ -169,6 +171,9 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
     for name, steps in measurement.window_steps_ms.items():
         if name in stats:
             stats[name].window_steps_ms = dict(steps)
+    for name in measurement.rounds_remeasured:
+        if name in stats:
+            stats[name].remeasured = True
     candidate = samples[CANDIDATE]
     speedups = _speedups(samples, stats)
     noise = _noise(samples, stats)

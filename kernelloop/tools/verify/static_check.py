@@ -122,7 +122,7 @@ STREAM_NAMES = frozenset({"Stream", "stream", "set_stream", "ExternalStream", "S
 # nothing recorded (review38_cuda_graph_hides_torch); the harness captures timed windows itself. Attribute
 # and imported names only: a candidate's variable may well be called `graph`.
 GRAPH_NAMES = frozenset({"graph", "graphs", "CUDAGraph", "make_graphed_callables", "graph_pool_handle",
-                         "capture_begin", "capture_end", "is_current_stream_capturing"})
+                         "capture_begin", "capture_end"})
 # Tokens in C++/CUDA source (load_inline) that leave the kernel's business (the OS, or Python itself). Every string in the
 # module is scanned, and every string the module builds from its constants (+, f-strings, format,
 # join, %), since a candidate's only legitimate C++ text is kernel source. English words
