@@ -173,8 +173,6 @@ _OPEN = {
     "review37_precision_flip_restore_in_forward": "precision_changes reads torch's settings only after a call or "
                                                   "request ends: a forward that switches TF32 on for its torch "
                                                   "matmul and back before it returns is never seen",
-    "review38_backward_left_to_autograd": "the rules on who did the work read the forward alone (architecture.md's "
-                                          "Known gaps, issue 37): a backward left to torch's autograd is correct",
     "review38_gate_beside_cheaper_torch": "the op-agnostic total counts torch's elements, not its function: a probe "
                                           "gate beside torch doing the reference's work in fewer ops passes both rules",
     "review38_gate_beside_sdpa_attention": "the same gate beside F.scaled_dot_product_attention, one aten op that is "
