@@ -170,8 +170,6 @@ _OPEN = {
     "numpy_work_probe_gate": "the decoy check runs in the candidate's process, where a kernel tells a disturbed launch "
                              "from a value it made itself, and numpy's work records no torch op (the verdict says "
                              "\"in-process claim\"; --strict-claims refuses it)",
-    "review38_backward_left_to_autograd": "the rules on who did the work read the forward alone (architecture.md's "
-                                          "Known gaps, issue 37): a backward left to torch's autograd is correct",
     "review38_gate_beside_cheaper_torch": "the op-agnostic total counts torch's elements, not its function: a probe "
                                           "gate beside torch doing the reference's work in fewer ops passes both rules",
     "review38_gate_beside_sdpa_attention": "the same gate beside F.scaled_dot_product_attention, one aten op that is "

@@ -19,8 +19,11 @@ from kernelloop.errors import ProblemError
 from kernelloop.problem import Candidate, Problem
 from kernelloop.problem_meta import checked_gradient_names, source_backward
 from kernelloop.records import Code, Status
+from kernelloop.tools.verify._runtime import OpRecorder
 from kernelloop.tools.verify.compare import compare_gradients
 from kernelloop.tools.verify.harness import Backward, run_one
+from kernelloop.tools.verify.op_records import SetOps
+from kernelloop.tools.verify.verification import backward_op_claims, backward_op_rules
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PROBLEMS = FIXTURES / "problems"
@@ -31,6 +34,7 @@ HONEST_AFFINE = FIXTURES / "honest" / "affine_backward_triton.py"
 WRONG_GRADIENT = FIXTURES / "cheats" / "silu_wrong_gradient.py"
 FORWARD_ONLY = FIXTURES / "cheats" / "silu_no_gradient_forward_only.py"
 RENAMED = FIXTURES / "cheats" / "affine_backward_renamed_parameters.py"
+TORCH_BACKWARD = FIXTURES / "cheats" / "review38_backward_left_to_autograd.py"
 
 
 # --------------------------------------------------------------------------- the problem format
@@ -123,6 +127,45 @@ def test_a_checked_backward_leaves_nothing_requiring_grad():
     assert not inputs[0].requires_grad and inputs[0].grad is None and not host[0].requires_grad
 
 
+def test_the_backward_records_its_own_ops_apart_from_the_forward():
+    # _Twice: x * 2 forward, grad * 2 backward: one mul each, on a recorder each
+    recorder, backward = OpRecorder(), Backward([torch.randn(4, 5)], ["input 0"])
+    with torch.no_grad():
+        _, _, found = run_one(_TwiceModel(), [torch.randn(4, 5)], "cpu", [[[4, 5], "float32"]],
+                              recorder=recorder, backward=backward)
+    assert found is None
+    assert recorder.compute_ops() == {"mul": 1}, recorder.compute_ops()  # the backward's mul is not the forward's
+    assert backward.record["ops"] == {"mul": 1} and backward.record["op_work"] == {"mul": 20}, backward.record
+
+
+_REFERENCE_SILU = SetOps({"silu_backward": 1}, {"silu_backward": 9546})
+
+
+def test_the_backward_is_judged_by_the_forwards_rule_and_says_so():
+    base = {"device": "cpu", "own_kernels": ["triton:k"], "library_ops": []}
+    own = SetOps({}, {}, own_used=4773)  # an own kernel wrote the gradient; no torch op ran
+    assert backward_op_rules(["triton:k"], [(_REFERENCE_SILU, own)], base) is None
+    torch_did = SetOps({"mul": 3, "sigmoid": 1, "sigmoid_backward": 1, "add": 1},
+                       {"mul": 28638, "sigmoid": 4773, "sigmoid_backward": 9546, "add": 9546})
+    verdict = backward_op_rules(["triton:k"], [(_REFERENCE_SILU, own), (_REFERENCE_SILU, torch_did)], base)
+    assert verdict is not None and verdict.status is Status.rejected and verdict.code is Code.leaves_work_to_torch
+    assert verdict.reason.startswith("its backward leaves the work to torch: ") and "52,503 elements" in verdict.reason
+    assert verdict.feedback.startswith("its backward leaves the work to torch: ")
+    # the reference's own backward op, run as often on as many elements: torch's work too
+    same = backward_op_rules(["triton:k"], [(_REFERENCE_SILU, _REFERENCE_SILU)], base)
+    assert same is not None and same.code is Code.leaves_work_to_torch
+
+
+def test_a_child_that_sends_no_backward_record_claims_none():
+    class _Made:  # the fields backward_op_claims reads
+        outputs = [[], []]
+        backward_ops = [_REFERENCE_SILU, _REFERENCE_SILU]
+
+    assert backward_op_claims({}, _Made()) == [(_REFERENCE_SILU, SetOps())] * 2  # type: ignore[arg-type]
+    _Made.backward_ops = []  # the trusted job recorded none: nothing to judge
+    assert backward_op_claims({"backward_ops": {}}, _Made()) == []  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- verified on the CPU
 @pytest.fixture(scope="module")
 def verifier(tmp_path_factory):
@@ -137,6 +180,15 @@ def test_an_honest_forward_and_backward_is_correct(verifier):
     verdict = verifier.verify(Candidate.from_file(HONEST_SILU), Problem.from_file(SILU))
     assert verdict.status is Status.correct, verdict.reason
     assert any(name.startswith("triton:silu_backward_kernel") for name in verdict.own_kernels), verdict.own_kernels
+
+
+def test_a_backward_left_to_torch_is_rejected_and_named(verifier):
+    verdict = verifier.verify(Candidate.from_file(TORCH_BACKWARD), Problem.from_file(SILU))
+    assert verdict.status is Status.rejected and verdict.code is Code.leaves_work_to_torch, verdict.reason
+    assert verdict.reason.startswith("its backward leaves the work to torch: "), verdict.reason
+    # the same forward with its own backward kernel (the honest fixture's) is correct: the forward passes the rules
+    honest = verifier.verify(Candidate.from_file(HONEST_SILU), Problem.from_file(SILU))
+    assert honest.status is Status.correct and "backward" not in honest.reason, honest.reason
 
 
 def test_a_wrong_gradient_is_incorrect_and_named(verifier):

@@ -328,9 +328,12 @@ class Backward:
 
     upstream: list
     names: list[str]
-    counter: Any = None  # the LaunchCounter: its op recorder is the forward's alone, held off here
+    counter: Any = None  # the LaunchCounter: told the backward's recorder while the backward runs
     grads: list = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    # The backward's own op record (the torch ops autograd ran for it, the reference's backward
+    # recorded the same way in the trusted job): judged as the forward's is, against the reference's
+    record: dict[str, Any] = field(default_factory=dict)
 
 
 def run_backward(model, inputs: list, out: list, pristine: list, backward: Backward, device: str,
@@ -347,19 +350,25 @@ def run_backward(model, inputs: list, out: list, pristine: list, backward: Backw
     params = dict(model.named_parameters())
     sized = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad] + list(params.values())
     poison(device, [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in sized], poison_value)
-    recorder = backward.counter.recorder if backward.counter is not None else None
+    # The backward's ops on a recorder of their own (the forward's is the forward's alone), around
+    # autograd's call and nothing of this harness's: what autograd adds of its own (a leaf's grad
+    # accumulated, a broadcast's sum) the trusted job's record of the reference's backward has too.
+    # The counter is told it, so an own kernel's launches in the backward are followed as the forward's.
+    recorder = OpRecorder()
+    forward_recorder = backward.counter.recorder if backward.counter is not None else None
     if backward.counter is not None:
-        backward.counter.recorder = None
+        backward.counter.recorder = recorder
     try:
         with declared_precision() as declared:
             with torch.enable_grad(), PoisonEmpty(poison_value):
                 if pairs:
-                    torch.autograd.backward([o for o, _ in pairs], [u for _, u in pairs])
+                    with recorder:
+                        torch.autograd.backward([o for o, _ in pairs], [u for _, u in pairs])
             synchronize(device)
             changed = precision_changes(declared)
     finally:
         if backward.counter is not None:
-            backward.counter.recorder = recorder
+            backward.counter.recorder = forward_recorder
     if changed:
         return switched_precision(changed, "its backward")
     grads: list = []
@@ -373,6 +382,9 @@ def run_backward(model, inputs: list, out: list, pristine: list, backward: Backw
         else:  # its parameters must be named as the reference's: the parent names it in the verdict
             backward.missing.append(name)
             grads.append(None)
+    recorder.consumed([g for g in grads if isinstance(g, torch.Tensor)])  # what the backward returns is used
+    backward.record = {"ops": recorder.compute_ops(), "op_work": recorder.compute_work(),
+                       "own_used": recorder.own_used}
     for name, grad in zip(backward.names, grads):
         if grad is not None and type(grad) is not torch.Tensor:
             return (Code.wrong_type,
@@ -665,6 +677,7 @@ class _CandidateSession:
         problem (aliasing, input writes, a tensor subclass) or None."""
         outputs, records = [], []
         grads: list[list] = []  # BACKWARD problems: each set's gradients, and parameter names ModelNew lacks
+        backward_records: list[dict[str, Any]] = []  # and each set's backward op record
         missing: list[str] = []
         first_forward: dict[str, float] = {}
         started = time.perf_counter()
@@ -693,6 +706,7 @@ class _CandidateSession:
             if backward is not None:
                 grads.append(backward.grads)
                 missing = backward.missing
+                backward_records.append(backward.record)
             records.append({"ops": recorder.compute_ops(), "op_work": recorder.compute_work(),
                             "own_used": recorder.own_used})
         self.costs["trials_s"] = time.perf_counter() - started - self.costs["first_call_s"]
@@ -703,7 +717,9 @@ class _CandidateSession:
         # The first call's steps apart (first_forward_s, first_inputs_s, ...): where a cold first call goes.
         self.overhead.update(save_s=time.perf_counter() - save_started, **{f"first_{k}": v for k, v in first_forward.items()})
         # The first set's record as before, and every set's (op_records.py)
-        self.channel.send({"trials": {**records[0], **op_records.encode(records), **self.claims()}})
+        # and, BACKWARD problems, every set's backward record apart
+        backward_ops = {"backward_ops": op_records.encode(backward_records)} if self.upstream is not None else {}
+        self.channel.send({"trials": {**records[0], **op_records.encode(records), **backward_ops, **self.claims()}})
         self.decoy_runs()
         return None
 

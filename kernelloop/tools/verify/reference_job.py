@@ -147,6 +147,7 @@ class ReferenceJob:
         # Each input signature's op record (op_records.signature: another workload's or a variant's
         # sets have other shapes, so other work), recorded on the first set of it ever made
         self.records: dict[Any, dict[str, dict[str, int]]] = {}
+        self.backward_records: dict[Any, dict[str, dict[str, int]]] = {}  # BACKWARD problems: the backward's, alike
         self.full_baselines = bool(job.get("full_baselines"))
         self.tolerance = dict(getattr(self.problem, "TOLERANCE", None) or {})
         self._double: Any = None  # the model in float64, for round-off estimates (False: it can't be made)
@@ -285,25 +286,29 @@ class ReferenceJob:
         if with_workloads:  # which sets are whose, for the parent to name the workload a set belongs to
             answer["workloads"] = [[name, b - a] for name, (a, b) in self.layout.items()]
         if trial and self.backward and request.get("grads_path") and request.get("upstream_path"):
-            upstream, grads, names = self.gradients(sets, int(request["seeds"][0]))
+            upstream, grads, names, backward_records = self.gradients(sets, int(request["seeds"][0]))
             save_sets(request["upstream_path"], upstream)  # handed to the candidate with the inputs
             save_sets(request["grads_path"], grads)  # the parent's alone, as the outputs are
             answer["grad_names"] = names
+            answer["backward_ops"] = op_records.encode(backward_records)  # each set's backward record
         return answer
 
-    def gradients(self, sets: list[list], seed: int) -> tuple[list[list], list[list], list[str]]:
+    def gradients(self, sets: list[list], seed: int) -> tuple[list[list], list[list], list[str], list[dict]]:
         """BACKWARD problems: for each set, the upstream gradient of each output (drawn from the
         verification's secret seed: the candidate can't know it ahead; None for an output that is
         not floating or does not require grad) and the reference's gradients for it: of each
         floating input ("input <i>", the first set's floating inputs), then of each parameter that
         requires grad (by name). A gradient the reference has none of is zeros. Run on copies of the
         inputs (the sets themselves are timed later and must not require grad), at the declared
-        precision, as the forward."""
+        precision, as the forward. Also each set's backward op record: the aten ops of autograd's
+        call alone (OpRecorder), recorded once per input signature as the forward's are; the
+        candidate's child records its backward the same way (harness.run_backward)."""
         generator = torch.Generator().manual_seed(seed * 2 + 1)  # from the secret seed, not the seed itself
         params = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad]
         floating = [i for i, v in enumerate(sets[0]) if isinstance(v, torch.Tensor) and v.is_floating_point()]
         names = [f"input {i}" for i in floating] + [name for name, _ in params]
         upstream_sets, grad_sets = [], []
+        set_records: list[dict] = []
         with torch.enable_grad(), declared_precision():
             for inputs in sets:
                 leaves = [v.detach().clone().requires_grad_(True) if isinstance(v, torch.Tensor) and v.is_floating_point()
@@ -315,8 +320,16 @@ class ReferenceJob:
                             if isinstance(r, torch.Tensor) and r.is_floating_point() and r.requires_grad else None
                             for r in result]
                 pairs = [(r, u) for r, u in zip(result, upstream) if u is not None]
-                if pairs:
+                key = op_records.signature(inputs)
+                if key not in self.backward_records:  # recorded once per signature, ever
+                    recorder = OpRecorder()
+                    if pairs:
+                        with recorder:
+                            torch.autograd.backward([r for r, _ in pairs], [u for _, u in pairs])
+                    self.backward_records[key] = {"ops": recorder.compute_ops(), "op_work": recorder.compute_work()}
+                elif pairs:
                     torch.autograd.backward([r for r, _ in pairs], [u for _, u in pairs])
+                set_records.append(self.backward_records[key])
                 synchronize(self.device)
                 grads: list = []
                 for i in floating:
@@ -329,7 +342,7 @@ class ReferenceJob:
                 grad_sets.append(grads)
         for _, p in params:  # none kept: the baselines run under no_grad and need no gradient memory
             p.grad = None
-        return upstream_sets, grad_sets, names
+        return upstream_sets, grad_sets, names, set_records
 
     def select_workload(self, request: dict[str, Any]) -> dict[str, Any]:
         """Time workload `name` next: its trial sets become the sets the baselines are built and timed

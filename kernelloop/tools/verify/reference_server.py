@@ -55,6 +55,7 @@ class Made:
     upstream_path: Path | None = None
     grads: list[list] = field(default_factory=list)
     grad_names: list[str] = field(default_factory=list)
+    backward_ops: list[SetOps] = field(default_factory=list)  # and each set's backward op record; [] otherwise
 
     @property
     def ops(self) -> list[str]:
@@ -185,7 +186,8 @@ class ReferenceServer:
         return Made(inputs_path, outputs, self.op_counts, self.warnings, round_off, self.op_work,
                     answer.get("workloads") or [], op_records.decode(answer, len(outputs)) or [],
                     op_records.numbers(answer.get("set_signatures"), len(outputs)),
-                    upstream_path if backward else None, grads, names)
+                    upstream_path if backward else None, grads, names,
+                    (op_records.decode(answer.get("backward_ops") or {}, len(outputs)) or []) if backward else [])
 
     def select_workload(self, name: str) -> None:
         """The trusted job times workload `name` next (its sets from the last trial make)."""

@@ -13,6 +13,7 @@ Everything the child reports is a claim; what decides the verdict is computed or
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import secrets
 import time
@@ -289,7 +290,12 @@ class Verification:
                 reruns.relate(located, refs[failed], reruns.rerun(session, failed, load), tolerance)
             reason = on_workload(self.layout.name_of(failed), f"{comparison.reason} (trial {failed + 1})")
             return verdicts.incorrect(comparison, reason, comparison.code, failed + 1, located, base)
-        if made.grad_names:  # BACKWARD: the gradients of every trial set, once its forward outputs are right
+        if made.grad_names:  # BACKWARD: once its forward outputs are right, the backward as the forward:
+            # the rules on who did its work (its torch ops against the reference's backward), then every
+            # trial set's gradients
+            broken = backward_op_rules(launches, backward_op_claims(trials, made), base)
+            if broken is not None:
+                return broken
             wrong = self._gradients(session, made, tolerance, base)
             if wrong is not None:
                 return wrong
@@ -541,6 +547,32 @@ def op_rules(launches: list[str], each_set: list[tuple[SetOps, SetOps]], strict:
         if broken is not None:
             return broken
     return None
+
+
+def backward_op_claims(trials: dict, made: Made) -> list[tuple[SetOps, SetOps]]:
+    """A BACKWARD problem's backward op records, each trial set's, the reference's beside the
+    candidate's claim; none where the trusted job has none of every set. A child that sends none
+    claims its backward ran no torch op (claims: it can only lie its way out of these rules)."""
+    if len(made.backward_ops) != len(made.outputs):
+        return []
+    raw = trials.get("backward_ops")
+    candidate = op_records.decode(raw, len(made.outputs)) if isinstance(raw, dict) else None
+    return list(zip(made.backward_ops, candidate or [SetOps()] * len(made.outputs)))
+
+
+BACKWARD_WORDS = "its backward "
+
+
+def backward_op_rules(launches: list[str], each_set: list[tuple[SetOps, SetOps]], base: VerdictBase) -> Verdict | None:
+    """The forward's rules on who did the work (op_rules: verdicts.claimed_work, the same rule, not a
+    second one) on each set's backward, against the reference's backward on its shapes; the reason
+    says it is the backward. Autograd's own bookkeeping is in both records (each is autograd's call,
+    recorded alike), and --strict's library ops are the forward's alone."""
+    broken = op_rules(launches, each_set, False, base)
+    if broken is None or broken.code is not Code.leaves_work_to_torch:
+        return broken
+    return dataclasses.replace(broken, reason=BACKWARD_WORDS + broken.reason,
+                               feedback=BACKWARD_WORDS + broken.feedback)
 
 
 def _hand_over(made: Made, job_dir: Path) -> Path:
