@@ -85,7 +85,8 @@ def get_workloads():
 def get_init_inputs():
     return []
 """
-TINY_ARGS = {"2_RMSNorm": ((9, 48), (4, 64)), "3_SwiGLU": ((9, 48), (4, 64)), "5_GELU": ((9, 48), (4, 64))}
+TINY_ARGS = {"1_LayerNorm": ((9, 48), (4, 64)), "2_RMSNorm": ((9, 48), (4, 64)), "3_SwiGLU": ((9, 48), (4, 64)),
+             "5_GELU": ((9, 48), (4, 64)), "7_ResidualRMSNorm": ((9, 48), (4, 64))}
 
 
 @pytest.mark.parametrize("stem", sorted(TINY_ARGS))
@@ -98,8 +99,41 @@ def test_each_rowwise_starter_is_right_forward_and_backward(verifier, tmp_path, 
     assert set(verdict.workloads) == {"first", "second"}, verdict.workloads
 
 
+# RoPE at 3 heads (no power of two) and at the far positions a long sequence reaches, where the angles
+# are thousands of radians.
+TINY_ROPE = """
+from pathlib import Path
+import torch
+from kernelloop.problem import import_source
+
+real = import_source(Path({path!r}), "tiny_training_rope")
+Model, TOLERANCE, BACKWARD = real.Model, real.TOLERANCE, real.BACKWARD
+
+
+def get_inputs():
+    return real._inputs(1, 7, 3)
+
+
+def get_workloads():
+    far = lambda: [torch.randn(2, 4, 4, real.HEAD_DIM, dtype=torch.bfloat16), torch.arange(8188, 8192)]
+    return {{"first": get_inputs, "far": far}}
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_rope_starter_is_right_forward_and_backward(verifier, tmp_path):
+    problem_path = tmp_path / "tiny_6_RoPE.py"
+    problem_path.write_text(TINY_ROPE.format(path=str(TRAINING / "6_RoPE.py")))
+    verdict = verifier.verify(Candidate.from_file(STARTERS / "6_RoPE.py"), Problem.from_file(problem_path))
+    assert verdict.status is Status.correct, verdict.reason
+    assert set(verdict.workloads) == {"first", "far"}, verdict.workloads
+
+
 def test_every_starter_here_is_tested_here():
-    assert {p.stem for p in STARTERS.glob("*.py")} == {"8_CausalAttention", *TINY_ARGS}
+    assert {p.stem for p in STARTERS.glob("*.py")} == {"8_CausalAttention", "6_RoPE", *TINY_ARGS}
 
 
 def test_the_same_starter_with_its_query_gradient_off_by_a_tenth_is_wrong_and_named(verifier, tmp_path):
@@ -110,5 +144,38 @@ def test_the_same_starter_with_its_query_gradient_off_by_a_tenth_is_wrong_and_na
     assert text.count("_to(dq * scale,") == 1
     broken = tmp_path / "8_CausalAttention_broken.py"
     broken.write_text(text.replace("_to(dq * scale,", "_to(dq * scale * 1.1,"))
+    verdict = verifier.verify(Candidate.from_file(broken), Problem.from_file(problem_path))
+    assert verdict.status is Status.incorrect and "gradient of input 0" in verdict.reason, verdict.reason
+
+
+# One gradient of each row-wise starter off by a tenth: the text it replaces, and the gradient named.
+MUTANTS = {
+    "1_LayerNorm": ("db += tl.sum(dy, 0)", "db += tl.sum(dy, 0) * 1.1", "gradient of input 2"),  # the bias's
+    "7_ResidualRMSNorm": ("_to(dh, dres_ptr", "_to(dh * 1.1, dres_ptr", "gradient of input 1"),  # the residual's
+}
+
+
+@pytest.mark.parametrize("stem", sorted(MUTANTS))
+def test_a_rowwise_starter_with_one_gradient_off_by_a_tenth_is_wrong_and_named(verifier, tmp_path, stem):
+    old, new, named = MUTANTS[stem]
+    problem_path = tmp_path / f"tiny_{stem}.py"
+    first, second = TINY_ARGS[stem]
+    problem_path.write_text(TINY_ROWS.format(path=str(TRAINING / f"{stem}.py"), stem=stem, first=first, second=second))
+    text = (STARTERS / f"{stem}.py").read_text()
+    assert text.count(old) == 1
+    broken = tmp_path / f"{stem}_broken.py"
+    broken.write_text(text.replace(old, new))
+    verdict = verifier.verify(Candidate.from_file(broken), Problem.from_file(problem_path))
+    assert verdict.status is Status.incorrect and named in verdict.reason, verdict.reason
+
+
+def test_the_rope_starter_with_its_backward_rotating_forwards_is_wrong_and_named(verifier, tmp_path):
+    """The backward rotates by minus the angle; by plus it, the forward is still right, its gradient not."""
+    problem_path = tmp_path / "tiny_6_RoPE.py"
+    problem_path.write_text(TINY_ROPE.format(path=str(TRAINING / "6_RoPE.py")))
+    text = (STARTERS / "6_RoPE.py").read_text()
+    assert text.count("sin = -sin") == 1
+    broken = tmp_path / "6_RoPE_broken.py"
+    broken.write_text(text.replace("sin = -sin", "sin = sin"))
     verdict = verifier.verify(Candidate.from_file(broken), Problem.from_file(problem_path))
     assert verdict.status is Status.incorrect and "gradient of input 0" in verdict.reason, verdict.reason
