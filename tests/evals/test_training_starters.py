@@ -86,6 +86,7 @@ def get_init_inputs():
     return []
 """
 TINY_ARGS = {"1_LayerNorm": ((9, 48), (4, 64)), "2_RMSNorm": ((9, 48), (4, 64)), "3_SwiGLU": ((9, 48), (4, 64)),
+             "4_CrossEntropy128k": ((5, 4500), (3, 4096)),  # (tokens, vocab) about its 4096-column block
              "5_GELU": ((9, 48), (4, 64)), "7_ResidualRMSNorm": ((9, 48), (4, 64))}
 
 
@@ -151,6 +152,7 @@ def test_the_same_starter_with_its_query_gradient_off_by_a_tenth_is_wrong_and_na
 # One gradient of each row-wise starter off by a tenth: the text it replaces, and the gradient named.
 MUTANTS = {
     "1_LayerNorm": ("db += tl.sum(dy, 0)", "db += tl.sum(dy, 0) * 1.1", "gradient of input 2"),  # the bias's
+    "4_CrossEntropy128k": ("p - 1.0", "p - 0.9", "gradient of input 0"),  # the target's one-hot off
     "7_ResidualRMSNorm": ("_to(dh, dres_ptr", "_to(dh * 1.1, dres_ptr", "gradient of input 1"),  # the residual's
 }
 
