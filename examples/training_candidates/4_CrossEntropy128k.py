@@ -1,9 +1,9 @@
 """Hand-written starter kernel (not made by the agent loop) for the training suite's 4_CrossEntropy128k:
-softmax cross-entropy forward and backward in Triton, wrapped in a torch.autograd.Function. The forward
-streams each row's logits once in blocks (an online max and sum of exponentials, float32) to its
-log-sum-exp and loss, then one program sums the losses in a fixed order to the mean; the backward makes
-(softmax - one_hot(target)) * grad / tokens a block of each row at a time from the kept log-sum-exp.
-Targets are taken to lie in [0, vocab) as the problem draws them (no ignore_index). Not yet tuned on a GPU."""
+cross-entropy forward and backward in Triton, wrapped in a torch.autograd.Function. The forward streams
+each row once (an online max and sum of exponentials, float32) to its log-sum-exp and loss, and one
+program sums the losses in a fixed order to the mean; the backward makes (softmax - one_hot) * grad /
+tokens a block at a time from the kept log-sum-exp. Targets lie in [0, vocab) as the problem draws them
+(no ignore_index). Not yet tuned on a GPU."""
 
 import torch
 import torch.nn as nn

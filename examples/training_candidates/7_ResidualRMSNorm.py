@@ -1,9 +1,8 @@
 """Hand-written starter kernel (not made by the agent loop) for the training suite's 7_ResidualRMSNorm:
-the residual add fused with RMSNorm, forward and backward in Triton, wrapped in a torch.autograd.Function.
-The forward rounds h = x + residual to bf16 (as the reference does), stores it and normalises that in
-float32, keeping each row's 1/rms; the backward makes dh (h's own gradient plus the norm's, in float32,
-stored once for x and once for residual) a row at a time, and the weight's gradient a block of columns
-at a time over every row. Not yet tuned on a GPU."""
+residual add and RMSNorm fused, forward and backward in Triton, wrapped in a torch.autograd.Function. The
+forward rounds h = x + residual to bf16 (as the reference does) and normalises that h in float32, keeping
+each row's 1/rms; the backward makes dh (h's own gradient plus the norm's: x's and residual's) a row at a
+time, and the weight's gradient a block of columns at a time over every row. Not yet tuned on a GPU."""
 
 import torch
 import torch.nn as nn
