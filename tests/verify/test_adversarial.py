@@ -174,6 +174,14 @@ _OPEN = {
                                           "gate beside torch doing the reference's work in fewer ops passes both rules",
     "review38_gate_beside_sdpa_attention": "the same gate beside F.scaled_dot_product_attention, one aten op that is "
                                            "the whole reference (a flash-attention win on a GPU)",
+    "review39_half_cast_linear": "torch's matmul on float16 copies (K=64) lands within float32's tolerance and the op "
+                                 "rules count elements, not dtypes: the TF32 switch the lock refuses, done with casts",
+    "review39_autocast_global_cached": "torch.set_autocast_enabled/set_autocast_dtype are not locked and autocast's "
+                                       "state is never read: autocast on for the child's life, its casts cached at init",
+    "review39_backward_at_cpu_unrecorded": "at::cpu::silu_backward from load_inline runs torch's kernel past the "
+                                           "dispatcher: the backward's OpRecorder records nothing, the call is 'own'",
+    "review39_forward_at_cpu_softmax": "at::cpu::_softmax from load_inline: the whole forward is torch's kernel past "
+                                       "the dispatcher, nothing recorded (native_scan allows all of at:: less a list)",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)
