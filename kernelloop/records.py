@@ -243,6 +243,7 @@ class Measurement(Record):
     # sides whose events were over what their replayed windows allow (timing_driver.Windows.contradicted),
     # for which every side's rounds were measured once more: the samples are the second measurement's
     rounds_remeasured: list[str] = field(default_factory=list)
+    events_contradicted: list[str] = field(default_factory=list)  # of those, still over it when measured again
     parent_block_ms: list[float] = field(default_factory=list)  # the parent's clock around each block of rounds
     claimed_block_ms: list[float] = field(default_factory=list)  # device time the candidate claims in each block
     compile_s: dict[str, float] = field(default_factory=dict)  # baselines' compile times (trusted job)

@@ -239,6 +239,15 @@ def judge_speed(measured: Measurement | dict[str, Any]) -> SpeedJudgement:
         judgement.warnings.append("no speedup: no floating input to draw fresh values for, so its timed calls reran "
                                   "values it had seen (integer inputs are kept as the problem made them), and a memo "
                                   "would read as speed")
+    unsettled = [name for name in measurement.events_contradicted if name not in (CANDIDATE, AGAIN)]
+    if unsettled and judgement.speedup is not None:
+        # A baseline's events over what its own replayed windows allow, in both measurements: something
+        # else ran on the GPU while it was timed (the candidate's process may be that something), so
+        # no speedup stands on them. The candidate's own contradicted events are its loss and stand.
+        judgement.speedups, judgement.speedup, judgement.win = {}, None, None
+        speedup = None
+        judgement.warnings.append(f"no speedup: {', '.join(unsettled)}'s events were over what its replayed "
+                                  "windows allow, measured twice (other work on the GPU while it was timed)")
     claimed_blocks, parent_blocks = measurement.claimed_block_ms, measurement.parent_block_ms
     impossible = [(c, w) for c, w in zip(claimed_blocks, parent_blocks) if c > w]
     if impossible and not judgement.rejection:

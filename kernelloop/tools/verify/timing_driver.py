@@ -306,6 +306,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
 
     started = time.perf_counter()
     remeasured: list[str] = []
+    contradicted: list[str] = []
     with gpu.measure_around(_nvml_index(cuda_index)) as state:
         failed = measure_rounds()
         if failed is not None:
@@ -336,6 +337,10 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
             failed = measure_rounds()  # their parts add to the rounds' in `parts`
             if failed is not None:
                 return failed
+            # Held against the same windows again: the candidate can ask for this second measurement (its
+            # own events are its claim) and tell it from the first, so a baseline still over its bound gets
+            # no speedup from these events (judge_speed), and the candidate's own stand against it
+            contradicted = backs.contradicted(_medians(samples))
     if laps is not None:
         laps.lap("timing")
     if rehearse:
@@ -353,6 +358,7 @@ def _drive_fresh(session: JobSession, server: ReferenceServer, cuda_index: int |
         back_to_back_calls=calls * backs.windows, parent_block_ms=parent_block_ms, claimed_block_ms=claimed_block_ms,
         fresh_overhead_ms_per_call=backs.overhead_ms_per_call(), window_steps_ms=backs.steps_ms(),
         checked_rounds=checked_rounds, fresh_values=bool(baseline_setup.get("fresh_values")), rounds_remeasured=remeasured,
+        events_contradicted=contradicted,
         compile_s=baseline_setup.get("compile_s") or {},
         kernels=[k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else [],
         kernel_split=split if isinstance(split, dict) else {},
