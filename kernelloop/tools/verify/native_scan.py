@@ -56,8 +56,12 @@ ALLOWED_HEADERS = re.compile(
 # (tunable's results files), <filesystem>, signal handlers, dlopen and dlsym (at::DynamicLibrary), files mapped
 # into memory (at::MapAllocator). A path must be in normal form: `..`, `.` or `//` would step out of a tree
 # (<ATen/../../../usr/include/c++/12/fstream>) or past this list.
+# And the headers of torch's kernels by backend, past the dispatcher (ATen/CPUFunctions.h's at::cpu::_softmax,
+# CUDAFunctions.h, ops/*_cpu_dispatch.h, ATen/native/): torch's work with no op recorded (review39).
 DENIED_HEADERS = re.compile(r"ATen/(?:cuda|hip)/tunable/\S+|ATen/(?:DynamicLibrary|MapAllocator)\.h|"
-                            r"c10/util/(?:FileSystem|signal_handler)\.h")
+                            r"c10/util/(?:FileSystem|signal_handler)\.h|"
+                            r"ATen/(?!Functions\.h)\w+Functions(?:_inl)?\.h|ATen/ops/\w+_(?:dispatch|native)\.h|"
+                            r"ATen/native/\S+")
 KEYWORDS = frozenset("""
 if for while do switch case default break continue return goto else sizeof alignof alignas decltype typeid
 static_cast reinterpret_cast const_cast dynamic_cast new delete this const constexpr consteval constinit static
@@ -148,6 +152,11 @@ DENIED_MEMBERS = frozenset({
     "RegisterOperators", "Dispatcher", "python", "impl", "utils", "get_env", "set_env", "ThreadPool",
     "TaskThreadPool", "PyInterpreter", "set_num_threads", "set_num_interop_threads", "Module", "compile",
     "wcin", "scanf", "vscanf", "getchar", "gets", "intraop_launch", "launch_no_thread_state", "DynamicLibrary",
+    # torch's kernels called past the dispatcher, which the op records (a dispatch mode) never see: torch's
+    # work passed off as an extension's own (review39_forward_at_cpu_softmax; at::native:: comes with
+    # torch/extension.h itself)
+    "native", "cpu", "meta", "compositeexplicitautograd", "compositeimplicitautograd",
+    "compositeexplicitautogradnonfunctional", "compositeimplicitautogradnestedtensor",
 })
 # Parts of a member's name that reach files however the rest is spelled: the stream and buffer templates
 # (basic_ifstream, wofstream, basic_filebuf, wfilebuf, std::__basic_file, __gnu_cxx::stdio_filebuf), from_file's
