@@ -176,8 +176,6 @@ _OPEN = {
                                            "the whole reference (a flash-attention win on a GPU)",
     "review39_half_cast_linear": "torch's matmul on float16 copies (K=64) lands within float32's tolerance and the op "
                                  "rules count elements, not dtypes: the TF32 switch the lock refuses, done with casts",
-    "review39_autocast_global_cached": "torch.set_autocast_enabled/set_autocast_dtype are not locked and autocast's "
-                                       "state is never read: autocast on for the child's life, its casts cached at init",
 }
 OPEN_WITH_RULES: dict[str, str] = dict(_OPEN)
 OPEN_WITHOUT_RULES: dict[str, str] = dict(_OPEN)

@@ -59,6 +59,10 @@ WRITES = {
         "torch.backends.cuda.matmul.allow_tf32",
     "torch._C._get_cublas_allow_tf32 = lambda: True\ntorch.backends.cuda.matmul.allow_tf32 = True":
         "torch.backends.cuda.matmul.allow_tf32",
+    # autocast switched on: float32 ops at half precision (review39)
+    'torch.set_autocast_enabled("cpu", True)': "torch.set_autocast_enabled",
+    'with torch.autocast("cpu", dtype=torch.bfloat16):\n    pass': "torch.set_autocast_enabled",
+    "torch._C.set_autocast_cpu_enabled(True)": "torch.set_autocast_cpu_enabled",
 }
 # Writes of the value the declared settings already hold: no-ops, let through.
 SAME = [
@@ -75,6 +79,8 @@ SAME = [
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True",
     "torch.backends.cuda.matmul.allow_fp16_accumulation = False",
     "with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):\n    pass",
+    'torch.set_autocast_enabled("cpu", False)',
+    'with torch.autocast("cpu", enabled=False):\n    pass',
 ]
 
 # A child like the harness's: the declared settings, then the lock; each write in a fresh process

@@ -182,6 +182,10 @@ def precision_flags() -> dict[str, str]:
             flags[setter.label] = str(getattr(torch._C, setter.getter)())
         except Exception:  # noqa: BLE001 - absent (an older torch), or replaced by one that raises: left out
             continue
+    try:  # autocast on: float32 ops at half precision (precision_lock.AUTOCAST_ENABLERS)
+        flags["torch.autocast"] = str(torch._C._is_any_autocast_enabled())
+    except Exception:  # noqa: BLE001 - absent (an older torch), or replaced by one that raises: left out
+        pass
     return flags
 
 

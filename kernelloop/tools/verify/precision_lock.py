@@ -66,6 +66,12 @@ SETTERS = {
 FP32_NODES = {("generic", "all"): "", ("cuda", "all"): "cudnn", ("cuda", "matmul"): "cuda.matmul",
               ("cuda", "conv"): "cudnn.conv", ("cuda", "rnn"): "cudnn.rnn", ("mkldnn", "all"): "mkldnn",
               ("mkldnn", "matmul"): "mkldnn.matmul", ("mkldnn", "conv"): "mkldnn.conv", ("mkldnn", "rnn"): "mkldnn.rnn"}
+# Autocast switched on runs a float32 problem's matmuls in float16 or bfloat16: the TF32 switch by another
+# name (review39_autocast_global_cached). Only switching it on is refused: its dtype alone changes nothing
+# while it is off. torch re-exports these from torch._C, and torch.autocast calls them through `torch`.
+AUTOCAST_ENABLERS = {"set_autocast_enabled": "is_autocast_enabled", "set_autocast_cpu_enabled": "is_autocast_cpu_enabled",
+                     "set_autocast_xla_enabled": "is_autocast_xla_enabled",
+                     "set_autocast_ipu_enabled": "is_autocast_ipu_enabled"}
 _UNREADABLE = "unreadable"  # a getter that raised (the legacy ones do once both APIs were used)
 _REFUSED: dict[str, str] = {}  # label -> "was -> wanted (refused)", the first refusal of each setter
 _INSTALLED: list[bool] = []
@@ -114,6 +120,23 @@ def _guarded(setter: _Setter, original: Callable[..., Any], getter: Callable[...
     return guarded
 
 
+def _guarded_enabler(name: str, original: Callable[..., Any], getter: Callable[..., Any]) -> Callable[..., Any]:
+    """`original` (set_autocast_enabled([device,] enabled) and the per-device ones), called only to keep
+    autocast off, or for a device where it is already on."""
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        wanted = kwargs.get("enabled", args[-1] if args else None)
+        if not wanted or _read(getter, *args[:-1]) is True:
+            return original(*args, **kwargs)
+        label = f"torch.{name}"
+        _REFUSED.setdefault(label, "False -> True (refused)")
+        raise PrecisionRefused(f"changes precision: {label} {tuple(args)!r} refused; autocast would run the "
+                               "problem's float32 ops in float16 or bfloat16, and only a kernel of its own may "
+                               "choose a lower precision")
+
+    return guarded
+
+
 def _state(getters: dict[str, Callable[..., Any]]) -> Callable[[], dict]:
     """A reader of every setting SETTERS write, through the getters as they were at install."""
     fp32 = getters.get("_get_fp32_precision_getter")
@@ -142,6 +165,13 @@ def install() -> None:
         guards[id(original)] = _guarded(setter, original, getattr(torch._C, setter.getter), state)
         setattr(torch._C, name, guards[id(original)])
     _guard_context_props(guards)
+    for name, getter in AUTOCAST_ENABLERS.items():
+        if hasattr(torch._C, name) and hasattr(torch._C, getter):
+            original = getattr(torch._C, name)
+            guard = _guarded_enabler(name, original, getattr(torch._C, getter))
+            setattr(torch._C, name, guard)
+            if getattr(torch, name, None) is original:
+                setattr(torch, name, guard)
     _INSTALLED.append(True)
 
 
