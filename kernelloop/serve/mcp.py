@@ -25,7 +25,17 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kernelloop import __version__
 from kernelloop.config import defaults
-from kernelloop.config.fields import FROM_SETTINGS, Backend, BudgetS, Candidates, MaxRounds, StartChoice, StartSource, TargetChoice
+from kernelloop.config.fields import (
+    FROM_SETTINGS,
+    Backend,
+    BudgetS,
+    Candidates,
+    Hints,
+    MaxRounds,
+    StartChoice,
+    StartSource,
+    TargetChoice,
+)
 from kernelloop.config.settings import Settings, load_settings, override
 from kernelloop.config.units import Device
 from kernelloop.serve import job_threads
@@ -165,7 +175,7 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
             budget_s: BudgetS | None = None, candidates: Candidates | None = None,
             target_speedup: TargetChoice = None, max_rounds: MaxRounds | None = None,
             backend: Backend | None = None, device: DeviceArg = None,
-            hints: Annotated[list[str] | None, Field(description="advice for the coders")] = None,
+            hints: Hints | None = None,
             start: StartChoice = defaults.START, start_source: StartSource = None,
             base_url: Annotated[str | None, Field(description="OpenAI-compatible endpoint" + FROM_SETTINGS)] = None,
             model: Annotated[str | None, Field(description="model name" + FROM_SETTINGS)] = None) -> JobStatus:

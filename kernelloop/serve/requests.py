@@ -19,7 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from kernelloop import safe_text
 from kernelloop.config import defaults
-from kernelloop.config.fields import FROM_SETTINGS, Backend, BudgetS, Candidates, MaxRounds, StartChoice, StartSource, TargetChoice  # noqa: F401  (re-exported)
+from kernelloop.config.fields import (  # noqa: F401  (re-exported)
+    FROM_SETTINGS,
+    Backend,
+    BudgetS,
+    Candidates,
+    Hints,
+    MaxRounds,
+    StartChoice,
+    StartSource,
+    TargetChoice,
+)
 from kernelloop.config.settings import Settings
 from kernelloop.config.units import Device
 from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
@@ -166,7 +176,7 @@ class SolveKnobs(BaseModel):
 class SolveSettings(ProblemInput, SolveKnobs):
     """A problem to make a fast kernel for, and how much to spend on it."""
 
-    hints: list[str] = Field(default_factory=list, description="advice for the coders from the first round")
+    hints: Hints = Field(default_factory=list)  # bounded: each goes into every coder prompt, on the server's key
     start: StartChoice = defaults.START
     start_source: StartSource = None
 

@@ -27,9 +27,6 @@ SECRET = "sk-review38-OPERATOR-0123456789"
 # --------------------------------------------------------------------------- the MCP server's caller
 
 
-@pytest.mark.xfail(strict=True, reason="open: SolveRequest.hints has no bound on count or size (problem_source, "
-                                       "candidate_source and start_source are capped at MAX_SOURCE_BYTES); every "
-                                       "hint goes into every coder's prompt of every round, on the operator's key")
 def test_a_callers_hints_are_bounded_like_its_sources():
     """start_optimization(hints=[...]) from an MCP caller: 64 hints of 1 MiB each are validated, kept in the
     run's state and checkpoints, and rendered into each coder prompt (coder.j2: "Hints from the user (follow
