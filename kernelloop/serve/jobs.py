@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from kernelloop import progress
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
-from kernelloop.config.endpoint import EndpointConfig
+from kernelloop.config.endpoint import EndpointConfig, shown_endpoint
 from kernelloop.config.settings import Settings, load_settings, override
 from kernelloop.errors import error_line
 from kernelloop.graph.context import RunEvent
@@ -82,10 +82,15 @@ class JobStatus(BaseModel):
 
     def for_agent(self, detail: bool = False) -> JobStatus:
         """As a tool answers: brief (the verdict's status, code, speedup, reason, feedback; no profile) unless
-        `detail` asks for the whole verdict with its timings and costs."""
-        if detail or not isinstance(self.verdict, Verdict):
-            return self
-        return self.model_copy(update={"verdict": VerdictBrief.of(self.verdict), "profile": None})
+        `detail` asks for the whole verdict with its timings and costs; either way the run's endpoint as
+        shown_endpoint shows it (a caller never sees a credential in the operator's URL)."""
+        shown = self
+        if self.summary is not None and self.summary.base_url:
+            summary = self.summary.model_copy(update={"base_url": shown_endpoint(self.summary.base_url)})
+            shown = self.model_copy(update={"summary": summary})
+        if detail or not isinstance(shown.verdict, Verdict):
+            return shown
+        return shown.model_copy(update={"verdict": VerdictBrief.of(shown.verdict), "profile": None})
 
 
 @dataclass

@@ -165,7 +165,7 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
             return ProfileResult(available=False, message="profiling needs a CUDA GPU: this server verifies on "
                                  "the CPU (Triton interpreter, correctness only); use verify_kernel here")
         job = await _watch(manager, started.job_id, min(wait_s, MAX_WAIT_S), ctx)
-        return ProfileResult(available=True, message=job.message, job=job)
+        return ProfileResult(available=True, message=job.message, job=job.for_agent(detail=True))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True))
     @bad_input_as(ToolError)
@@ -190,7 +190,7 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
                                model=model)
         status = manager.start_solve(request)
         job_threads.remember(manager.workspace, status)  # so job_status finds it after a restart
-        return status
+        return status.for_agent()
 
     @server.tool(annotations=reads)
     async def job_status(job_id: str, ctx: Context, wait_s: WaitS = 0.0, detail: Detail = False) -> JobStatus:

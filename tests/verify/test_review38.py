@@ -40,8 +40,6 @@ def test_a_callers_hints_are_bounded_like_its_sources():
         SolveRequest(problem_source=source, hints=["h" * (1 << 20)] * 64)
 
 
-@pytest.mark.xfail(strict=True, reason="open: RunSummary.base_url (in every job_status and list_jobs answer, brief "
-                                       "or detailed) is the operator's endpoint verbatim, credentials in its URL included")
 def test_a_job_status_never_shows_credentials_in_the_operators_endpoint(tmp_path):
     """An operator whose endpoint carries its credential in the URL (https://user:password@gateway/v1, a key in
     the query or in a gateway's path) serves callers who must never see it: `api_key` is kept from them (it
