@@ -51,6 +51,12 @@ class JobError(RequestError):
     """A job request that can't be served (an unknown job id). One line."""
 
 
+def no_such_job(job_id: str) -> JobError:
+    """The one line for a job id a caller can't have: unknown, or another caller's (the same words, so
+    whether an id exists never shows)."""
+    return JobError(f"no job {job_id!r}: list_jobs shows the jobs you started on this server")
+
+
 # --------------------------------------------------------------------------- status
 
 
@@ -211,7 +217,7 @@ class JobManager:
         return job.snapshot()
 
     def _new_job(self, kind: JobKind, problem: Problem, thread_id: str | None = None) -> _Job:
-        job_id = f"{kind}-{uuid.uuid4().hex[:10]}"
+        job_id = f"{kind}-{uuid.uuid4().hex}"  # unguessable: an anonymous caller's job is owned by its id
         job = _Job(JobStatus(job_id=job_id, kind=kind, state="queued", problem=problem.name,
                              created_at=time.time(), thread_id=thread_id))
         with self._lock:
@@ -281,8 +287,13 @@ class JobManager:
         with self._lock:
             job = self._jobs.get(job_id)
         if job is None:
-            raise JobError(f"no job {job_id!r}: list_jobs shows the jobs of this server")
+            raise no_such_job(job_id)
         return job
+
+    def knows(self, job_id: str) -> bool:
+        """Whether job_id is one of this manager's jobs (of any caller)."""
+        with self._lock:
+            return job_id in self._jobs
 
     def status(self, job_id: str) -> JobStatus:
         return self._job(job_id).snapshot()

@@ -91,11 +91,16 @@ def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callabl
             try:
                 return tool(*args, **kwargs)
             except ValueError as exc:
-                raised = error(tool_error_line(tool.__name__, exc))
-                raised.line = one_line(exc)  # type: ignore[attr-defined]  # for a server that names the tool itself
-                raise raised from exc
+                raise tool_error(error, tool.__name__, exc) from exc
         return checked
     return decorate
+
+
+def tool_error(error: type[Exception], tool: str, exc: ValueError) -> Exception:
+    """Bad input to `tool` as `error` with its one line (bad_input_as's, for a tool it can't decorate: an async one)."""
+    raised = error(tool_error_line(tool, exc))
+    raised.line = one_line(exc)  # type: ignore[attr-defined]  # for a server that names the tool itself
+    return raised
 
 
 ALTERNATIVES = (("problem_path", "problem_source"), ("candidate_path", "candidate_source"))

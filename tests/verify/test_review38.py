@@ -214,9 +214,6 @@ def test_the_lint_of_a_callers_candidate_visits_each_node_a_few_times(monkeypatc
     assert visits[0] <= 10 * nodes, f"{visits[0]:,} visits of {nodes:,} nodes"
 
 
-@pytest.mark.xfail(strict=True, reason="open: the MCP server's jobs are one list for every caller: over streamable "
-                                       "HTTP any client lists, reads (kernels, verdicts, summaries) and cancels "
-                                       "every other client's jobs")
 def test_one_mcp_caller_never_sees_or_cancels_anothers_jobs(tmp_path, monkeypatch):
     """`kernelloop mcp --transport http` serves every client that reaches its port (127.0.0.1 by default: any
     local user's process; --host for more) from one JobManager, with no notion of whose job is whose: a
