@@ -220,9 +220,10 @@ class Candidate:
     def syntax_problem(self) -> tuple[Code, str] | None:
         """(Code.syntax or Code.no_modelnew, one line), or None when it parses and has ModelNew."""
         try:
-            tree = source_ast.parse(self.source)
+            tree = source_ast.parse(self.source, max_tokens=defaults.MAX_CANDIDATE_TOKENS)
         except SyntaxError as exc:
-            return Code.syntax, f"line {exc.lineno}: syntax error: {exc.msg}"
+            kind = "too large" if isinstance(exc, source_ast.TooLarge) else "syntax error"
+            return Code.syntax, f"line {exc.lineno}: {kind}: {exc.msg}"
         if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body):
             return Code.no_modelnew, "no top-level `class ModelNew(nn.Module)` in the candidate"
         return None

@@ -7,6 +7,8 @@ KERNELLOOP_API_KEY, KERNELLOOP_HOME (docs/architecture.md).
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from pydantic import BaseModel, Field, SecretStr
 
 from kernelloop.config.settings import ConfigError, load_settings  # noqa: F401  (ConfigError re-exported)
@@ -37,3 +39,21 @@ class EndpointConfig(BaseModel):
                               ".env or kernelloop.toml (any OpenAI-compatible server: DeepSeek API, NIM, vLLM, "
                               "SGLang, Ollama)")
         return cls(base_url=url, model=name, api_key=SecretStr(key), **overrides)
+
+
+def shown_endpoint(url: str | None) -> str | None:
+    """The endpoint as anyone but its operator may see it (a server's caller, an error line):
+    scheme://host[:port]/path. A credential can ride in a URL's userinfo (https://user:key@gateway/v1),
+    query (?api-key=...) or fragment, so those are cut; None where there is no endpoint or it is no
+    http(s) URL this can take apart (then nothing of it is shown rather than something wrong)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url.strip())
+        host, port = parts.hostname, parts.port  # .port raises on a port that is no number
+    except ValueError:  # an unclosed IPv6 bracket, a bad port
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not host:
+        return None
+    host = f"[{host}]" if ":" in host else host  # an IPv6 literal keeps its brackets
+    return urlunsplit((parts.scheme.lower(), host if port is None else f"{host}:{port}", parts.path, "", ""))

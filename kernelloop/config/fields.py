@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from kernelloop.config import defaults
 
@@ -24,3 +24,17 @@ Backend = Literal["triton", "cuda", "auto"]
 FROM_SETTINGS = " (absent: the server's setting, KERNELLOOP_* > .env > kernelloop.toml > kernelloop.config.defaults)"
 TargetChoice = Annotated[float | Literal["none"] | None, Field(
     description="stop at this speedup over eager; 'none': at the first correct kernel" + FROM_SETTINGS)]
+
+
+def _hints_fit(hints: list[str]) -> list[str]:
+    """Hints within MAX_HINTS_BYTES in all (their count is the list's max_length)."""
+    size = sum(len(hint.encode("utf-8", "surrogatepass")) for hint in hints)
+    if size > defaults.MAX_HINTS_BYTES:
+        raise ValueError(f"{size:,} bytes in all, over the {defaults.MAX_HINTS_BYTES:,}-byte limit for hints")
+    return hints
+
+
+Hints = Annotated[list[str], Field(max_length=defaults.MAX_HINTS,
+                                   description=f"advice for the coders from the first round (at most "
+                                               f"{defaults.MAX_HINTS} hints, {defaults.MAX_HINTS_BYTES:,} bytes in all)"),
+                  AfterValidator(_hints_fit)]

@@ -1,21 +1,21 @@
-"""MCP optimization jobs are checkpointed threads: after a server restart, `job_status` and
-`list_jobs` still find them.
+"""MCP optimization jobs are checkpointed threads: after a server restart, `job_status` still
+finds them by their id.
 
 A solve job's id is written beside its thread (WORKSPACE/runs/<thread>/job.json) when it
 starts; a job the running server doesn't know is read back from the checkpointer and the run
 dir. A thread that stopped before its end (the server went away) reads as `failed`, with the
-command that continues it.
+command that continues it. No list shows these: the caller that started one went away with its
+server, so its id is what a caller shows to read it (serve/callers.py).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from kernelloop.graph.rundir import write_atomic
-from kernelloop.serve.jobs import JobError, JobState, JobStatus, _best_kernel
+from kernelloop.serve.jobs import JobState, JobStatus, _best_kernel, no_such_job
 
 JOB_FILE = "job.json"
 
@@ -35,18 +35,12 @@ def _recorded(workspace: Path) -> dict[str, tuple[str, dict]]:
     return found
 
 
-def recall(workspace: Path, job_id: str, running: AbstractSet[str] = frozenset()) -> JobStatus:
+def recall(workspace: Path, job_id: str) -> JobStatus:
     """A solve job from an earlier server, as its checkpointed thread says it stands."""
     found = _recorded(workspace).get(job_id)
     if found is None:
-        raise JobError(f"no job {job_id!r}: list_jobs shows the jobs of this server")
+        raise no_such_job(job_id)
     return _status(workspace, job_id, *found)
-
-
-def recall_all(workspace: Path, known: set[str]) -> list[JobStatus]:
-    """Every solve job recorded in the workspace that this server's memory doesn't hold."""
-    return [_status(workspace, job_id, thread, record)
-            for job_id, (thread, record) in _recorded(workspace).items() if job_id not in known]
 
 
 def _status(workspace: Path, job_id: str, thread: str, record: dict) -> JobStatus:

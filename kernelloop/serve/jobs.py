@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from kernelloop import progress
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
-from kernelloop.config.endpoint import EndpointConfig
+from kernelloop.config.endpoint import EndpointConfig, shown_endpoint
 from kernelloop.config.settings import Settings, load_settings, override
 from kernelloop.errors import error_line
 from kernelloop.graph.context import RunEvent
@@ -49,6 +49,12 @@ class JobCancelled(RunCancelled):
 
 class JobError(RequestError):
     """A job request that can't be served (an unknown job id). One line."""
+
+
+def no_such_job(job_id: str) -> JobError:
+    """The one line for a job id a caller can't have: unknown, or another caller's (the same words, so
+    whether an id exists never shows)."""
+    return JobError(f"no job {job_id!r}: list_jobs shows the jobs you started on this server")
 
 
 # --------------------------------------------------------------------------- status
@@ -82,10 +88,15 @@ class JobStatus(BaseModel):
 
     def for_agent(self, detail: bool = False) -> JobStatus:
         """As a tool answers: brief (the verdict's status, code, speedup, reason, feedback; no profile) unless
-        `detail` asks for the whole verdict with its timings and costs."""
-        if detail or not isinstance(self.verdict, Verdict):
-            return self
-        return self.model_copy(update={"verdict": VerdictBrief.of(self.verdict), "profile": None})
+        `detail` asks for the whole verdict with its timings and costs; either way the run's endpoint as
+        shown_endpoint shows it (a caller never sees a credential in the operator's URL)."""
+        shown = self
+        if self.summary is not None and self.summary.base_url:
+            summary = self.summary.model_copy(update={"base_url": shown_endpoint(self.summary.base_url)})
+            shown = self.model_copy(update={"summary": summary})
+        if detail or not isinstance(shown.verdict, Verdict):
+            return shown
+        return shown.model_copy(update={"verdict": VerdictBrief.of(shown.verdict), "profile": None})
 
 
 @dataclass
@@ -206,7 +217,7 @@ class JobManager:
         return job.snapshot()
 
     def _new_job(self, kind: JobKind, problem: Problem, thread_id: str | None = None) -> _Job:
-        job_id = f"{kind}-{uuid.uuid4().hex[:10]}"
+        job_id = f"{kind}-{uuid.uuid4().hex}"  # unguessable: an anonymous caller's job is owned by its id
         job = _Job(JobStatus(job_id=job_id, kind=kind, state="queued", problem=problem.name,
                              created_at=time.time(), thread_id=thread_id))
         with self._lock:
@@ -276,8 +287,13 @@ class JobManager:
         with self._lock:
             job = self._jobs.get(job_id)
         if job is None:
-            raise JobError(f"no job {job_id!r}: list_jobs shows the jobs of this server")
+            raise no_such_job(job_id)
         return job
+
+    def knows(self, job_id: str) -> bool:
+        """Whether job_id is one of this manager's jobs (of any caller)."""
+        with self._lock:
+            return job_id in self._jobs
 
     def status(self, job_id: str) -> JobStatus:
         return self._job(job_id).snapshot()

@@ -19,6 +19,7 @@ from langchain_core.tools import StructuredTool, ToolException
 from pydantic import Field
 
 from kernelloop.agents.turns import ChatClient, KeyedChatClient
+from kernelloop.config.endpoint import shown_endpoint
 from kernelloop.config.settings import Settings, load_settings, override
 from kernelloop.graph.context import VerifierLike
 from kernelloop.records import Verdict
@@ -95,7 +96,8 @@ def solve_tool(*, device: str | None = None, verifier: VerifierLike | None = Non
         problem = request.load_problem(chosen.workspace.root)
         result = run_solve(problem, override(chosen, **request.flags()), RunOptions(
             hints=request.hints, start=request.load_start(problem), verifier=verifier, chat_client=chat_client))
-        return result.model_dump(mode="json"), result
+        shown = result.model_dump(mode="json")  # what the agent reads: the endpoint without its credentials
+        return shown | {"base_url": shown_endpoint(result.base_url)}, result
 
     return StructuredTool.from_function(optimize_kernel, name="optimize_kernel", description=OPTIMIZE_DESCRIPTION,
                                         args_schema=SolveSettings, response_format="content_and_artifact",

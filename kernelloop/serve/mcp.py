@@ -4,7 +4,8 @@ Every tool answers within a few seconds. Verification and profiling run as backg
 and the tool waits up to `wait_s` (at most MAX_WAIT_S) for the verdict; an optimization run
 returns its job id at once. `job_status` polls (optionally waiting a little), `cancel_job`
 stops a run at its next safe point. Results are JSON objects with typed fields (JobStatus,
-ProfileResult, JobList); bad input is a tool error with one line saying what to fix.
+ProfileResult, JobList); bad input is a tool error with one line saying what to fix. A caller sees
+and cancels only the jobs it started (serve/callers.py says who a caller is).
 
 `kernelloop mcp` serves this over stdio (the default) or streamable HTTP on a local port.
 """
@@ -12,7 +13,7 @@ ProfileResult, JobList); bad input is a tool error with one line saying what to 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -25,16 +26,28 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kernelloop import __version__
 from kernelloop.config import defaults
-from kernelloop.config.fields import FROM_SETTINGS, Backend, BudgetS, Candidates, MaxRounds, StartChoice, StartSource, TargetChoice
+from kernelloop.config.fields import (
+    FROM_SETTINGS,
+    Backend,
+    BudgetS,
+    Candidates,
+    Hints,
+    MaxRounds,
+    StartChoice,
+    StartSource,
+    TargetChoice,
+)
 from kernelloop.config.settings import Settings, load_settings, override
 from kernelloop.config.units import Device
 from kernelloop.serve import job_threads
-from kernelloop.serve.jobs import JobError, JobManager, JobStatus
+from kernelloop.serve.callers import Caller, Owners, caller_of, one_run
+from kernelloop.serve.jobs import JobManager, JobStatus, no_such_job
 from kernelloop.serve.requests import (
     SolveRequest,
     VerifyRequest,
     bad_input_as,
     require_alternatives,
+    tool_error,
     tool_error_line,
     unknown_argument,
 )
@@ -75,33 +88,45 @@ Detail = Annotated[bool, Field(description="the whole verdict (timings, errors, 
 WaitS = Annotated[float, Field(ge=0, description=f"seconds to wait for the job to finish (at most {MAX_WAIT_S:g})")]
 
 
-def _status(manager: JobManager, job_id: str) -> JobStatus:
-    """This server's job, or a solve job of an earlier server read back from its checkpointed thread."""
-    try:
+def _status(manager: JobManager, owners: Owners, job_id: str, caller: Caller) -> JobStatus:
+    """The caller's job of this server, or a solve job of an earlier server read back from its checkpointed
+    thread (by its id: callers.py); another caller's job is as unknown as an id that never was."""
+    if manager.knows(job_id):
+        if not owners.allows(job_id, caller):
+            raise no_such_job(job_id)
         return manager.status(job_id)
-    except JobError:
-        return job_threads.recall(manager.workspace, job_id)
+    return job_threads.recall(manager.workspace, job_id)
 
 
-async def _watch(manager: JobManager, job_id: str, wait_s: float, ctx: Context) -> JobStatus:
+async def _watch(status: Callable[[], JobStatus], wait_s: float, ctx: Context) -> JobStatus:
     """Poll until the job ends or wait_s passes, sending each new step as an MCP progress notification."""
     deadline, seen = anyio.current_time() + wait_s, -1
-    status = _status(manager, job_id)
-    while not status.finished and anyio.current_time() < deadline:
-        if status.events != seen:
-            seen = status.events
-            await ctx.report_progress(status.events, None, status.message)
+    now = status()
+    while not now.finished and anyio.current_time() < deadline:
+        if now.events != seen:
+            seen = now.events
+            await ctx.report_progress(now.events, None, now.message)
         await anyio.sleep(0.1)
-        status = _status(manager, job_id)
-    return status
+        now = status()
+    return now
 
 
-def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
+def build_server(manager: JobManager, device: str | None = None, one_client_per_run: bool = True) -> MCPServer:
     """The MCP server over `manager`'s jobs (and its Settings: the default device, knobs and endpoint;
-    `device`, the server's --device, over them); the caller closes the manager when the server stops."""
+    `device`, the server's --device, over them); the caller closes the manager when the server stops.
+    one_client_per_run: served over a pipe (stdio, in-process), where each run is one client's; False for
+    streamable HTTP, where a caller is its session (callers.caller_of)."""
     manager.settings = override(manager.settings, device=device)
-    server = MCPServer(NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = MCPServer(NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING", lifespan=one_run)
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    owners = Owners()
+
+    def caller(ctx: Context) -> Caller:
+        return caller_of(ctx, one_client_per_run)
+
+    def watch(job_id: str, wait_s: float, ctx: Context) -> Awaitable[JobStatus]:
+        who = caller(ctx)
+        return _watch(lambda: _status(manager, owners, job_id, who), min(wait_s, MAX_WAIT_S), ctx)
 
     def verify_request(problem_path: str | None, problem_source: str | None, problem_name: str,
                        candidate_path: str | None, candidate_source: str | None, device: str | None,
@@ -111,16 +136,18 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
                              device=override(manager.settings, device=device).device, strict=strict)
 
     @bad_input_as(ToolError)
-    def start_job(profile: bool, problem_path: str | None, problem_source: str | None, problem_name: str,
-                  candidate_path: str | None, candidate_source: str | None, device: str | None,
+    def start_job(who: Caller, profile: bool, problem_path: str | None, problem_source: str | None,
+                  problem_name: str, candidate_path: str | None, candidate_source: str | None, device: str | None,
                   strict: bool = False) -> JobStatus | None:
-        """A verify or profile job started (loads the files, may start the pool's workers); None: a profile
-        on a server without a GPU, where there is nothing to profile."""
+        """A verify or profile job started for `who` (loads the files, may start the pool's workers); None: a
+        profile on a server without a GPU, where there is nothing to profile."""
         request = verify_request(problem_path, problem_source, problem_name, candidate_path, candidate_source,
                                  device, strict)
         if profile and manager.pool(request.device).device != "cuda":
             return None
-        return manager.start_verify(request, profile=profile)
+        job = manager.start_verify(request, profile=profile)
+        owners.add(job.job_id, who)
+        return job
 
     # verify and profile are async so that, while they wait, each phase the verifier reports (the hook
     # `kernelloop verify` shows on stderr) goes out as a progress notification; the blocking start runs
@@ -136,10 +163,10 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
         `state` is succeeded; otherwise poll job_status with the job_id. While it waits (wait_s), each
         phase (compiling, checking, timing) goes out as a progress notification."""
         job = await anyio.to_thread.run_sync(functools.partial(
-            start_job, False, problem_path, problem_source, problem_name, candidate_path, candidate_source, device,
-            strict))
+            start_job, caller(ctx), False, problem_path, problem_source, problem_name, candidate_path,
+            candidate_source, device, strict))
         assert job is not None  # only a profile is ever refused
-        return (await _watch(manager, job.job_id, min(wait_s, MAX_WAIT_S), ctx)).for_agent(detail)
+        return (await watch(job.job_id, wait_s, ctx)).for_agent(detail)
 
     @server.tool(annotations=reads)
     async def profile_kernel(ctx: Context, problem_path: ProblemPath = None, problem_source: ProblemSource = None,
@@ -150,22 +177,23 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
         library kernels. Needs a GPU; on a CPU-only server it says so and runs nothing. While it waits,
         each phase goes out as a progress notification."""
         started = await anyio.to_thread.run_sync(functools.partial(
-            start_job, True, problem_path, problem_source, problem_name, candidate_path, candidate_source, device))
+            start_job, caller(ctx), True, problem_path, problem_source, problem_name, candidate_path,
+            candidate_source, device))
         if started is None:
             return ProfileResult(available=False, message="profiling needs a CUDA GPU: this server verifies on "
                                  "the CPU (Triton interpreter, correctness only); use verify_kernel here")
-        job = await _watch(manager, started.job_id, min(wait_s, MAX_WAIT_S), ctx)
-        return ProfileResult(available=True, message=job.message, job=job)
+        job = await watch(started.job_id, wait_s, ctx)
+        return ProfileResult(available=True, message=job.message, job=job.for_agent(detail=True))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True))
     @bad_input_as(ToolError)
     def start_optimization(
-            problem_path: ProblemPath = None, problem_source: ProblemSource = None,
+            ctx: Context, problem_path: ProblemPath = None, problem_source: ProblemSource = None,
             problem_name: ProblemName = "problem",
             budget_s: BudgetS | None = None, candidates: Candidates | None = None,
             target_speedup: TargetChoice = None, max_rounds: MaxRounds | None = None,
             backend: Backend | None = None, device: DeviceArg = None,
-            hints: Annotated[list[str] | None, Field(description="advice for the coders")] = None,
+            hints: Hints | None = None,
             start: StartChoice = defaults.START, start_source: StartSource = None,
             base_url: Annotated[str | None, Field(description="OpenAI-compatible endpoint" + FROM_SETTINGS)] = None,
             model: Annotated[str | None, Field(description="model name" + FROM_SETTINGS)] = None) -> JobStatus:
@@ -179,31 +207,34 @@ def build_server(manager: JobManager, device: str | None = None) -> MCPServer:
                                hints=hints or [], start=start, start_source=start_source, base_url=base_url,
                                model=model)
         status = manager.start_solve(request)
+        owners.add(status.job_id, caller(ctx))
         job_threads.remember(manager.workspace, status)  # so job_status finds it after a restart
-        return status
+        return status.for_agent()
 
     @server.tool(annotations=reads)
     async def job_status(job_id: str, ctx: Context, wait_s: WaitS = 0.0, detail: Detail = False) -> JobStatus:
         """A job's state, progress, best kernel so far (optimization) or verdict (verify, profile). While it
         waits (wait_s), each step of the job goes out as a progress notification."""
         try:
-            return (await _watch(manager, job_id, min(wait_s, MAX_WAIT_S), ctx)).for_agent(detail)
-        except ValueError as exc:  # an unknown job id: one line
-            raise ToolError(tool_error_line("job_status", exc)) from exc
+            return (await watch(job_id, wait_s, ctx)).for_agent(detail)
+        except ValueError as exc:  # an unknown job id (or another caller's): one line
+            raise tool_error(ToolError, "job_status", exc) from exc
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     @bad_input_as(ToolError)
-    def cancel_job(job_id: str) -> JobStatus:
+    def cancel_job(job_id: str, ctx: Context) -> JobStatus:
         """Stop a job at its next safe point (the best kernel so far is kept); returns at once."""
+        if not owners.allows(job_id, caller(ctx)):  # another caller's is as unknown as no job at all
+            raise no_such_job(job_id)
         return manager.cancel(job_id).for_agent()
 
     @server.tool(annotations=reads)
     @bad_input_as(ToolError)
-    def list_jobs(detail: Detail = False) -> JobList:
-        """Every job this server has run, newest last, then the optimization jobs of earlier servers in its workspace."""
-        jobs = manager.jobs()
-        every = jobs + job_threads.recall_all(manager.workspace, {j.job_id for j in jobs})
-        return JobList(jobs=[job.for_agent(detail) for job in every])
+    def list_jobs(ctx: Context, detail: Detail = False) -> JobList:
+        """The jobs you started on this server, oldest first (an optimization job of an earlier server:
+        job_status with its id)."""
+        who = caller(ctx)
+        return JobList(jobs=[job.for_agent(detail) for job in manager.jobs() if owners.listed(job.job_id, who)])
 
     _forbid_unknown_arguments(server)
     return server
@@ -255,7 +286,7 @@ def serve(transport: Literal["stdio", "http"] = "stdio", *, host: str = "127.0.0
     manager = open_manager(device=device, ray=ray, workspace=workspace, settings=settings)
     try:
         manager.pool()  # fail now on a bad --device or --ray, not in the first tool call
-        server = build_server(manager)  # chosen's device already
+        server = build_server(manager, one_client_per_run=transport == "stdio")  # chosen's device already
         if transport == "stdio":
             server.run("stdio")
         else:

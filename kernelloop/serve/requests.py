@@ -19,7 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from kernelloop import safe_text
 from kernelloop.config import defaults
-from kernelloop.config.fields import FROM_SETTINGS, Backend, BudgetS, Candidates, MaxRounds, StartChoice, StartSource, TargetChoice  # noqa: F401  (re-exported)
+from kernelloop.config.fields import (  # noqa: F401  (re-exported)
+    FROM_SETTINGS,
+    Backend,
+    BudgetS,
+    Candidates,
+    Hints,
+    MaxRounds,
+    StartChoice,
+    StartSource,
+    TargetChoice,
+)
 from kernelloop.config.settings import Settings
 from kernelloop.config.units import Device
 from kernelloop.problem import Candidate, Problem, check_source_size, sha256_text
@@ -81,11 +91,16 @@ def bad_input_as(error: type[Exception]) -> Callable[[Callable[..., T]], Callabl
             try:
                 return tool(*args, **kwargs)
             except ValueError as exc:
-                raised = error(tool_error_line(tool.__name__, exc))
-                raised.line = one_line(exc)  # type: ignore[attr-defined]  # for a server that names the tool itself
-                raise raised from exc
+                raise tool_error(error, tool.__name__, exc) from exc
         return checked
     return decorate
+
+
+def tool_error(error: type[Exception], tool: str, exc: ValueError) -> Exception:
+    """Bad input to `tool` as `error` with its one line (bad_input_as's, for a tool it can't decorate: an async one)."""
+    raised = error(tool_error_line(tool, exc))
+    raised.line = one_line(exc)  # type: ignore[attr-defined]  # for a server that names the tool itself
+    return raised
 
 
 ALTERNATIVES = (("problem_path", "problem_source"), ("candidate_path", "candidate_source"))
@@ -166,7 +181,7 @@ class SolveKnobs(BaseModel):
 class SolveSettings(ProblemInput, SolveKnobs):
     """A problem to make a fast kernel for, and how much to spend on it."""
 
-    hints: list[str] = Field(default_factory=list, description="advice for the coders from the first round")
+    hints: Hints = Field(default_factory=list)  # bounded: each goes into every coder prompt, on the server's key
     start: StartChoice = defaults.START
     start_source: StartSource = None
 

@@ -29,6 +29,7 @@ from kernelloop.agents.planner import ReferenceFacts, reference_facts
 from kernelloop.agents.records import Attempt
 from kernelloop.agents.turns import ChatModel, KeyedReplayChatClient, RecordedTurn, ReplayExhausted
 from kernelloop.config import defaults
+from kernelloop.config.endpoint import shown_endpoint
 from kernelloop.config.fields import Backend
 from kernelloop.config.settings import ConfigError, Settings, load_settings
 from kernelloop.errors import error_line
@@ -125,8 +126,9 @@ def live_client(base_url: str | None = None, model: str | None = None, api_key: 
     base = cast(str, chat.openai_api_base)  # make_chat_model passes EndpointConfig.base_url, always a str
     probe = probe_endpoint(base, key)
     if not probe.reachable:
-        raise SolveError(f"model endpoint {chat.openai_api_base} is unreachable ({probe.error}): start the server "
-                         "or fix --base-url / KERNELLOOP_BASE_URL")
+        # shown_endpoint: this line reaches a server's callers too (a job's error), never a key in the URL
+        raise SolveError(f"model endpoint {shown_endpoint(base) or '(not an http URL)'} is unreachable "
+                         f"({probe.error}): start the server or fix --base-url / KERNELLOOP_BASE_URL")
     return chat
 
 

@@ -85,3 +85,17 @@ def test_verify_tool_reports_each_workload_of_a_problem_with_workloads(tmp_path)
     assert verdict["status"] == "correct" and set(verdict["workloads"]) == {"cols_128", "cols_3000"}
     plain = call(tool, problem_path=str(RELU_PROBLEM), candidate_path=str(FIXTURES / "honest" / "relu_triton.py"))
     assert "workloads" not in json.loads(plain.content)  # a problem without: the brief it always had
+
+
+class GatewayChatClient(ScriptedChatClient):
+    """A scripted model that says its endpoint is a gateway whose credential rides in the URL."""
+
+    openai_api_base = "https://operator:sk-langchain-SECRET@gateway.internal/v1?api-key=sk-langchain-SECRET"
+
+
+def test_the_agent_reads_the_endpoint_without_its_credentials_and_python_gets_it_whole(tmp_path):
+    _, optimize = kernelloop_tools(verifier=ScriptedVerifier(), workspace=tmp_path, chat_client=GatewayChatClient())
+    message = call(optimize, problem_path=str(RELU_PROBLEM), candidates=2, budget_s=120)
+    assert json.loads(message.content)["base_url"] == "https://gateway.internal/v1"
+    assert "sk-langchain-SECRET" not in message.content
+    assert message.artifact.base_url == GatewayChatClient.openai_api_base  # the operator's own code: as configured

@@ -39,3 +39,19 @@ def test_caps_are_one_line_errors():
     line = one_line(caught.value)
     assert "candidates: Input should be less than or equal to 32" in line and "budget_s:" in line
     assert "\n" not in line
+
+
+def test_hints_are_capped_in_count_and_in_bytes_all_together():
+    source = PROBLEM.read_text()
+    assert len(SolveRequest(problem_source=source, hints=["h"] * defaults.MAX_HINTS).hints) == defaults.MAX_HINTS
+    at_limit = ["é" * (defaults.MAX_HINTS_BYTES // 4)] * 2  # two bytes a character: the limit exactly
+    assert SolveRequest(problem_source=source, hints=at_limit).hints == at_limit
+    with pytest.raises(ValidationError) as caught:
+        SolveRequest(problem_source=source, hints=["h"] * (defaults.MAX_HINTS + 1))
+    assert one_line(caught.value).startswith(f"hints: List should have at most {defaults.MAX_HINTS} items")
+    with pytest.raises(ValidationError) as caught:  # each small, too many bytes in all (counted as UTF-8)
+        SolveRequest(problem_source=source, hints=[*at_limit, "x"])
+    assert f"{defaults.MAX_HINTS_BYTES + 1:,} bytes in all, over the {defaults.MAX_HINTS_BYTES:,}-byte limit" \
+        in one_line(caught.value)
+    with pytest.raises(ValidationError):  # a lone surrogate is counted, not a crash
+        SolveRequest(problem_source=source, hints=["\ud800" * defaults.MAX_HINTS_BYTES])
