@@ -12,3 +12,16 @@ if "KERNELLOOP_TRUSTED_CACHE" not in os.environ:
     _session_cache = tempfile.mkdtemp(prefix="kernelloop-test-trusted-")
     atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
     os.environ["KERNELLOOP_TRUSTED_CACHE"] = _session_cache
+
+
+import pytest  # noqa: E402 - after the environment above, which imports may read
+
+
+@pytest.fixture(autouse=True)
+def _errors_as_text():
+    """A CLI command run in this process with --json turns on JSON errors for the rest of it
+    (cli._common.json_errors: once per process, as a real run is); each test starts without."""
+    from kernelloop.cli import _common
+
+    _common._JSON_ERRORS[0] = False
+    yield
