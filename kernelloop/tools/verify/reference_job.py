@@ -122,6 +122,24 @@ def _rng_state(device: str) -> dict:
             "cuda": torch.cuda.get_rng_state() if device.startswith("cuda") and torch.cuda.is_available() else None}
 
 
+def _recorded_once(records: dict[Any, dict[str, Any]], key: Any, run: Callable[[Any], Any], arg: Any) -> Any:
+    """`run(arg)`; where `key` (an input signature, op_records.signature) has no record yet, its torch ops
+    recorded into records[key] (OpRecorder): each signature recorded once, ever. None: not recorded."""
+    if key is None or key in records:
+        return run(arg)
+    recorder = OpRecorder()
+    with recorder:
+        result = run(arg)
+    records[key] = {"ops": recorder.compute_ops(), "op_work": recorder.compute_work()}
+    return result
+
+
+def _backward(pairs: list[tuple[Any, Any]]) -> None:
+    """Autograd's call on each (output, upstream gradient) pair; nothing where there is none."""
+    if pairs:
+        torch.autograd.backward([r for r, _ in pairs], [u for _, u in pairs])
+
+
 class ReferenceJob:
     """The problem's Model, its inputs for any seed, and its baselines."""
 
@@ -251,13 +269,7 @@ class ReferenceJob:
         with torch.no_grad(), declared_precision():
             for inputs in sets:
                 key = op_records.signature(inputs) if trial or self.ops is None else None
-                if key is not None and key not in self.records:  # recorded once per signature, ever
-                    recorder = OpRecorder()
-                    with recorder:
-                        out = self.model(*to_device(inputs, self.device))
-                    self.records[key] = {"ops": recorder.compute_ops(), "op_work": recorder.compute_work()}
-                else:
-                    out = self.model(*to_device(inputs, self.device))
+                out = _recorded_once(self.records, key, lambda given: self.model(*to_device(given, self.device)), inputs)
                 if key is not None:
                     if self.ops is None:
                         self.ops, self.work = self.records[key]["ops"], self.records[key]["op_work"]
@@ -321,14 +333,7 @@ class ReferenceJob:
                             for r in result]
                 pairs = [(r, u) for r, u in zip(result, upstream) if u is not None]
                 key = op_records.signature(inputs)
-                if key not in self.backward_records:  # recorded once per signature, ever
-                    recorder = OpRecorder()
-                    if pairs:
-                        with recorder:
-                            torch.autograd.backward([r for r, _ in pairs], [u for _, u in pairs])
-                    self.backward_records[key] = {"ops": recorder.compute_ops(), "op_work": recorder.compute_work()}
-                elif pairs:
-                    torch.autograd.backward([r for r, _ in pairs], [u for _, u in pairs])
+                _recorded_once(self.backward_records, key, _backward, pairs)
                 set_records.append(self.backward_records[key])
                 synchronize(self.device)
                 grads: list = []
